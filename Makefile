@@ -1,0 +1,107 @@
+# infertap build. Layout follows libbpf-bootstrap / libbpf-tools:
+#   bpf/X.bpf.c --clang -target bpf--> build/X.bpf.o --bpftool gen skeleton--> build/X.skel.h
+#   userspace/**.cpp --g++ -std=c++20--> build/libinfertap.a + binaries
+# `make` builds everything but fuzzers; `make test` runs unit tests (no root);
+# `make fuzz` builds the libFuzzer harnesses; scripts/test.sh runs the whole suite.
+
+OUT       ?= build
+ARCH      ?= $(shell uname -m | sed 's/x86_64/x86/;s/aarch64/arm64/')
+CLANG     ?= clang
+CXX       ?= g++
+BPFTOOL   ?= bpftool
+VMLINUX   := vmlinux/$(ARCH)/vmlinux.h
+
+CXXFLAGS  ?= -O2 -g
+CXXFLAGS  += -std=c++20 -Wall -Wextra -Wno-missing-field-initializers -pthread
+CPPFLAGS  += -Iinclude -Iuserspace -I$(OUT)
+LDLIBS    += -lbpf -lelf -lz -lsimdjson -pthread
+
+BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Wno-unused-function \
+              -Iinclude -I$(dir $(VMLINUX)) -Ibpf
+
+BPF_SRCS   := $(wildcard bpf/*.bpf.c)
+BPF_OBJS   := $(patsubst bpf/%.bpf.c,$(OUT)/%.bpf.o,$(BPF_SRCS))
+SKELS      := $(patsubst bpf/%.bpf.c,$(OUT)/%.skel.h,$(BPF_SRCS))
+
+LIB_SRCS   := $(wildcard userspace/capture/*.cpp userspace/protocol/*.cpp userspace/core/*.cpp userspace/output/*.cpp)
+LIB_OBJS   := $(patsubst %.cpp,$(OUT)/obj/%.o,$(LIB_SRCS))
+LIB        := $(OUT)/libinfertap.a
+
+BINS       := $(OUT)/infertapd $(OUT)/sample-server $(OUT)/sample-client $(OUT)/send-loop
+UNIT_SRCS  := $(wildcard tests/unit/*.cpp)
+UNIT_OBJS  := $(patsubst %.cpp,$(OUT)/obj/%.o,$(UNIT_SRCS))
+INTEG_SRCS := $(wildcard tests/integration/*.cpp)
+INTEG_OBJS := $(patsubst %.cpp,$(OUT)/obj/%.o,$(INTEG_SRCS))
+BENCH_SRCS := $(wildcard tests/bench/*.cpp)
+BENCH_OBJS := $(patsubst %.cpp,$(OUT)/obj/%.o,$(BENCH_SRCS))
+
+# Fuzzers: clang + libFuzzer + ASan/UBSan, one binary per tests/fuzz/fuzz_*.cpp.
+FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.cpp)
+FUZZ_BINS  := $(patsubst tests/fuzz/%.cpp,$(OUT)/fuzz/%,$(FUZZ_SRCS))
+FUZZ_LIB_SRCS := $(wildcard userspace/protocol/*.cpp) $(wildcard userspace/core/*.cpp) userspace/capture/event.cpp
+FUZZ_FLAGS := -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+              -Iinclude -Iuserspace -I$(OUT)
+
+.DELETE_ON_ERROR:
+.PHONY: all bpf test unit integration bench fuzz clean vmlinux
+
+all: $(BINS) $(OUT)/unit_tests $(OUT)/integration_tests $(OUT)/bench_pipeline
+
+bpf: $(SKELS)
+
+$(OUT) $(OUT)/fuzz:
+	mkdir -p $@
+
+# The committed vmlinux.h is generated from the running kernel's BTF.
+vmlinux:
+	scripts/gen_vmlinux.sh
+
+$(OUT)/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.bpf.h) include/infertap/abi.h $(VMLINUX) | $(OUT)
+	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+	llvm-strip -g $@
+
+$(OUT)/%.skel.h: $(OUT)/%.bpf.o
+	$(BPFTOOL) gen skeleton $< > $@
+
+$(OUT)/obj/%.o: %.cpp $(SKELS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJS)
+	ar rcs $@ $^
+
+$(OUT)/infertapd: $(OUT)/obj/userspace/infertapd.o $(LIB)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
+
+$(OUT)/sample-server: $(OUT)/obj/userspace/tools/sample_server.o
+	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread
+
+$(OUT)/sample-client: $(OUT)/obj/userspace/tools/sample_client.o
+	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread
+
+$(OUT)/send-loop: $(OUT)/obj/userspace/tools/send_loop.o
+	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread
+
+$(OUT)/unit_tests: $(UNIT_OBJS) $(LIB)
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main $(LDLIBS)
+
+$(OUT)/integration_tests: $(INTEG_OBJS) $(LIB)
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main $(LDLIBS)
+
+$(OUT)/bench_pipeline: $(BENCH_OBJS) $(LIB)
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lbenchmark -lbenchmark_main $(LDLIBS)
+
+$(OUT)/fuzz/%: tests/fuzz/%.cpp $(FUZZ_LIB_SRCS) $(SKELS) | $(OUT)/fuzz
+	$(CLANG)++ $(FUZZ_FLAGS) $< $(FUZZ_LIB_SRCS) -o $@ -lsimdjson
+
+fuzz: $(FUZZ_BINS)
+
+unit: $(OUT)/unit_tests
+	$(OUT)/unit_tests
+
+test: unit
+
+clean:
+	rm -rf $(OUT)
+
+-include $(shell find $(OUT)/obj -name '*.d' 2>/dev/null)

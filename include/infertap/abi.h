@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The kernel/user ABI of infertap: every struct that crosses the ring buffer or
+ * a BPF map is defined here once and included by both the BPF programs and the
+ * C++ userspace. Userspace pins the layout with static_asserts (see
+ * userspace/capture/abi_check.h), so a change here that shifts a field fails the
+ * build instead of corrupting decoding.
+ *
+ * Only fixed-width types; no pointers; explicit padding.
+ */
+#ifndef INFERTAP_ABI_H
+#define INFERTAP_ABI_H
+
+#ifdef __BPF__
+/* vmlinux.h provides __u8.. __u64 */
+#else
+#include <linux/types.h>
+#endif
+
+#define ITAP_ABI_VERSION 1
+
+#define ITAP_COMM_LEN 16
+
+/*
+ * Payload capture. Each send/recv event carries the first `head` bytes and the
+ * last `tail` bytes of what the syscall actually transferred (not of what was
+ * asked for). SSE events of inference servers are a few hundred bytes, so one
+ * event usually fits in the head; for longer writes the tail still shows where
+ * the last event ends ("\n\n", chunk trailer). Bytes in between are not copied
+ * and the event is flagged ITAP_F_TRUNCATED; userspace sees the exact size of
+ * the gap.
+ *
+ * Both maxima are powers of two: the BPF side masks offsets and lengths with
+ * (MAX - 1) so the verifier can bound every copy.
+ */
+#define ITAP_HEAD_MAX 4096
+#define ITAP_TAIL_MAX 256
+#define ITAP_HEAD_DEFAULT 512
+#define ITAP_TAIL_DEFAULT 128
+
+/* Scatter/gather sends and receives: iovecs walked per syscall. */
+#define ITAP_IOV_MAX 8
+
+enum itap_event_kind {
+	ITAP_EV_DATA = 1,  /* one send or receive syscall on a followed TCP socket */
+	ITAP_EV_STATE = 2, /* TCP state change of a followed socket */
+};
+
+enum itap_direction {
+	ITAP_DIR_SEND = 1,
+	ITAP_DIR_RECV = 2,
+};
+
+enum itap_syscall {
+	ITAP_SC_WRITE = 1,
+	ITAP_SC_WRITEV = 2,
+	ITAP_SC_SENDTO = 3, /* send(2) is sendto(2) on x86_64 */
+	ITAP_SC_SENDMSG = 4,
+	ITAP_SC_READ = 5,
+	ITAP_SC_READV = 6,
+	ITAP_SC_RECVFROM = 7, /* recv(2) is recvfrom(2) on x86_64 */
+	ITAP_SC_RECVMSG = 8,
+};
+
+enum itap_event_flags {
+	ITAP_F_TRUNCATED = 1 << 0, /* head + tail < bytes transferred: a gap in between */
+	ITAP_F_EAGAIN = 1 << 1,    /* returned -EAGAIN / -EWOULDBLOCK */
+	ITAP_F_PARTIAL = 1 << 2,   /* send moved fewer bytes than requested */
+	ITAP_F_EOF = 1 << 3,       /* receive returned 0: peer closed its side */
+	ITAP_F_READ_FAILED = 1 << 4, /* bpf_probe_read_user failed: captured bytes are zero */
+	ITAP_F_NEW_SOCKET = 1 << 5, /* first event the kernel side saw on this socket */
+};
+
+/* Verdict the kernel keeps per socket (map itap_conns). */
+enum itap_verdict {
+	ITAP_VERDICT_FOLLOW = 1, /* looked like HTTP or SSE: send events to userspace */
+	ITAP_VERDICT_MUTED = 2,  /* not HTTP, or userspace asked to stop: drop in kernel */
+};
+
+/* Why the kernel side could not deliver an event; indexes map itap_drops. */
+enum itap_drop_reason {
+	ITAP_DROP_RINGBUF_FULL = 0,
+	ITAP_DROP_ARGS_MAP_FULL = 1,
+	ITAP_DROP_CONN_MAP_FULL = 2,
+	ITAP_DROP_NO_SCRATCH = 3,
+	ITAP_DROP_MAX = 8,
+};
+
+/* Counters the kernel side keeps (per-CPU array itap_stats). */
+enum itap_stat {
+	ITAP_STAT_SYSCALLS_SEEN = 0, /* eligible send/recv syscalls entered */
+	ITAP_STAT_NOT_TCP = 1,       /* fd was not a TCP socket */
+	ITAP_STAT_MUTED = 2,         /* socket verdict muted */
+	ITAP_STAT_EVENTS = 3,        /* events written to the ring buffer */
+	ITAP_STAT_NEW_MUTED = 4,     /* sockets muted by the classifier */
+	ITAP_STAT_NEW_FOLLOWED = 5,  /* sockets followed by the classifier */
+	ITAP_STAT_MAX = 8,
+};
+
+/*
+ * One event in the ring buffer: this header, then head_len bytes of payload
+ * head, then tail_len bytes of payload tail. Records are 8-byte aligned by the
+ * ring buffer; the header size is a multiple of 8.
+ */
+struct itap_event {
+	__u64 ts_ns;     /* CLOCK_MONOTONIC at syscall exit (bpf_ktime_get_ns) */
+	__u64 enter_ns;  /* at syscall entry; ts_ns - enter_ns = time in the call */
+	__u64 sock_id;   /* kernel address of struct sock: identity while it lives */
+	__u64 cgroup_id; /* cgroup v2 id of the calling task */
+	__s64 ret;       /* bytes transferred, or -errno */
+	__u64 requested; /* bytes the caller asked to move (count, or sum of iov_len) */
+	__u32 pid;       /* thread group id */
+	__u32 tid;
+	__s32 fd;
+	__u32 seq_end;   /* TCP write_seq after a send / copied_seq after a receive */
+	__u16 kind;      /* enum itap_event_kind */
+	__u8 direction;  /* enum itap_direction */
+	__u8 syscall;    /* enum itap_syscall */
+	__u16 family;    /* AF_INET / AF_INET6 */
+	__u16 flags;     /* enum itap_event_flags */
+	__u16 local_port;  /* host order */
+	__u16 remote_port; /* host order */
+	__u16 head_len;
+	__u16 tail_len;
+	__u8 local_addr[16];  /* IPv4 in the first 4 bytes */
+	__u8 remote_addr[16];
+	__u32 srtt_us;   /* smoothed RTT (tcp_sock srtt_us >> 3) at exit */
+	__u8 old_state;  /* ITAP_EV_STATE only: TCP states as in the kernel */
+	__u8 new_state;
+	__u16 reserved;
+	char comm[ITAP_COMM_LEN];
+};
+
+/* Per-socket state kept in the kernel (LRU hash keyed by sock address). */
+struct itap_conn {
+	__u8 verdict; /* enum itap_verdict */
+	__u8 reserved[7];
+	__u64 first_seen_ns;
+};
+
+#endif /* INFERTAP_ABI_H */

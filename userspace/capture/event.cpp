@@ -1,0 +1,40 @@
+#include "capture/event.h"
+
+namespace infertap::capture {
+
+std::string_view to_string(DecodeError e) {
+  switch (e) {
+    case DecodeError::too_short: return "record shorter than the event header";
+    case DecodeError::bad_kind: return "unknown event kind";
+    case DecodeError::bad_lengths: return "captured lengths exceed the record or the transfer";
+  }
+  return "unknown";
+}
+
+DecodeResult decode(std::span<const std::uint8_t> record) {
+  DecodeResult r;
+  if (record.size() < sizeof(itap_event)) {
+    r.error = DecodeError::too_short;
+    return r;
+  }
+  const auto* h = reinterpret_cast<const itap_event*>(record.data());
+  if (h->kind != ITAP_EV_DATA && h->kind != ITAP_EV_STATE) {
+    r.error = DecodeError::bad_kind;
+    return r;
+  }
+  const std::size_t captured = std::size_t{h->head_len} + h->tail_len;
+  const std::uint64_t moved = h->ret > 0 ? static_cast<std::uint64_t>(h->ret) : 0;
+  if (sizeof(itap_event) + captured > record.size() || captured > moved || h->head_len > ITAP_HEAD_MAX ||
+      h->tail_len > ITAP_TAIL_MAX) {
+    r.error = DecodeError::bad_lengths;
+    return r;
+  }
+  IoEvent ev;
+  ev.header = h;
+  ev.head = record.subspan(sizeof(itap_event), h->head_len);
+  ev.tail = record.subspan(sizeof(itap_event) + h->head_len, h->tail_len);
+  r.event = ev;
+  return r;
+}
+
+}  // namespace infertap::capture

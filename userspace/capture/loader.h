@@ -1,0 +1,87 @@
+// Loads and attaches the kernel side, owns every BPF object (RAII), and drains
+// the ring buffer. The only part of infertap that touches libbpf.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace infertap::capture {
+
+struct CaptureConfig {
+  std::uint32_t head_bytes = 512;  // <= ITAP_HEAD_MAX
+  std::uint32_t tail_bytes = 128;  // <= ITAP_TAIL_MAX
+  std::uint32_t ringbuf_bytes = 16u << 20;  // power of two
+  // Optional in-kernel filters; empty = every process/port/cgroup eligible.
+  std::vector<std::uint32_t> pids;
+  std::vector<std::uint16_t> ports;       // local or remote port
+  std::vector<std::uint64_t> cgroup_ids;  // cgroup v2 ids
+  bool ignore_self = true;  // never trace the agent's own process
+  // Wake the consumer only when this many bytes are pending in the ring (the
+  // consumer drains on its own timer otherwise): batching keeps the cost of a
+  // traced send low.
+  std::uint32_t wakeup_bytes = 256 * 1024;
+};
+
+// Counters from both sides, cumulative since load.
+struct CaptureStats {
+  std::uint64_t syscalls_seen = 0;
+  std::uint64_t not_tcp = 0;
+  std::uint64_t muted = 0;
+  std::uint64_t events = 0;
+  std::uint64_t sockets_followed = 0;
+  std::uint64_t sockets_muted = 0;
+  std::uint64_t drops_ringbuf_full = 0;
+  std::uint64_t drops_args_map_full = 0;
+  std::uint64_t drops_conn_map_full = 0;
+  std::uint64_t drops_no_scratch = 0;
+  std::uint64_t records_consumed = 0;  // by userspace
+};
+
+// One decision taken while loading (which attach method, why), for the log.
+struct LoadNote {
+  std::string what;
+  std::string why;
+};
+
+class Capture {
+ public:
+  // Loads, configures and attaches. On failure returns nullptr and sets *error to
+  // a message that names the missing privilege or kernel feature and what to do
+  // (e.g. "CAP_BPF and CAP_PERFMON are required: run as root").
+  static std::unique_ptr<Capture> open(const CaptureConfig& config, std::string* error);
+  ~Capture();
+  Capture(const Capture&) = delete;
+  Capture& operator=(const Capture&) = delete;
+
+  using RecordHandler = std::function<void(std::span<const std::uint8_t> record)>;
+  // Waits up to timeout_ms for data, then drains every pending record into the
+  // handler (records are valid only during the call). Returns records handled,
+  // or a negative errno (EINTR is returned as 0).
+  int poll(int timeout_ms, const RecordHandler& handler);
+  // Drains without waiting.
+  int drain(const RecordHandler& handler);
+
+  // Stop sending events for a socket (userspace decided it is not a stream).
+  void mute(std::uint64_t sock_id);
+  // Forget a socket (it closed).
+  void forget(std::uint64_t sock_id);
+
+  CaptureStats stats() const;
+  const std::vector<LoadNote>& notes() const;
+
+  struct Impl;
+
+ private:
+  explicit Capture(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Mounts tracefs at /sys/kernel/tracing when it is not mounted. Returns "" on
+// success or a message.
+std::string ensure_tracefs();
+
+}  // namespace infertap::capture

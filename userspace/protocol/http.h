@@ -1,0 +1,115 @@
+// HTTP/1.x message framing over a captured byte stream with holes.
+//
+// Why hand-written and not llhttp/http-parser: the capture copies only the head
+// and tail of each syscall, so the parser must accept "n bytes not captured"
+// and keep framing across the hole (skip n bytes of a chunk, resynchronise on
+// the next chunk-size line when a hole hits framing). No maintained HTTP parser
+// has a notion of missing bytes; all of them fail or desynchronise.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace infertap::protocol {
+
+using TimestampNs = std::uint64_t;  // CLOCK_MONOTONIC nanoseconds
+
+enum class BodyFraming : std::uint8_t {
+  none,            // no body (e.g. GET request, 204/304, HEAD response)
+  content_length,  // Content-Length: N
+  chunked,         // Transfer-Encoding: chunked
+  until_close,     // response without length: body ends when the connection closes
+};
+
+struct RequestHead {
+  std::string method;        // "POST"
+  std::string target;        // "/v1/chat/completions" (query string kept, capped)
+  std::string host;          // Host header, capped
+  std::string content_type;  // lower-cased, capped
+  std::string user_agent;    // capped
+  BodyFraming framing = BodyFraming::none;
+  std::uint64_t content_length = 0;
+  int version_minor = 1;  // HTTP/1.x
+};
+
+struct ResponseHead {
+  int status = 0;
+  std::string content_type;  // lower-cased, parameters kept ("text/event-stream; charset=utf-8")
+  BodyFraming framing = BodyFraming::none;
+  std::uint64_t content_length = 0;
+  bool event_stream = false;  // media type is text/event-stream
+  bool keep_alive = true;
+  int version_minor = 1;
+  // True when the parser joined a connection in the middle of a response body
+  // (agent started after the response head went by). status/content_type are
+  // then unknown; framing is the parser's inference from the bytes.
+  bool joined_midstream = false;
+};
+
+enum class ParseError : std::uint8_t {
+  bad_start_line,
+  bad_header,
+  header_too_large,
+  bad_chunk_size,
+  bad_chunk_trailer,
+  gap_in_head,     // a capture hole covered part of a request/response head
+  gap_in_framing,  // a capture hole covered chunk framing; parser resynchronised
+  not_http,        // bytes are neither HTTP nor a recognisable body: parser gave up
+  truncated_message,  // connection closed in the middle of a message
+};
+
+std::string_view to_string(ParseError e);
+
+// Callbacks of one direction of a connection. Body bytes are de-chunked.
+class HttpMessageSink {
+ public:
+  virtual ~HttpMessageSink() = default;
+  virtual void on_request_head(const RequestHead&, TimestampNs) {}
+  virtual void on_response_head(const ResponseHead&, TimestampNs) {}
+  virtual void on_body(std::span<const std::uint8_t> bytes, TimestampNs) {}
+  // n body bytes went by without being captured (exact when the hole was inside
+  // chunk data, an upper bound when it also covered framing).
+  virtual void on_body_gap(std::uint64_t n, TimestampNs) {}
+  // The message is complete: ts is the time of the piece that held its last byte.
+  virtual void on_message_end(TimestampNs) {}
+  virtual void on_error(ParseError, std::string_view detail) {}
+};
+
+// Incremental parser for one direction. Feed pieces in stream order.
+class HttpParser {
+ public:
+  enum class Mode : std::uint8_t { request, response };
+
+  // Caps that bound memory per connection (abuse: endless headers).
+  static constexpr std::size_t kMaxHeadBytes = 16 * 1024;
+  static constexpr std::size_t kMaxFieldValue = 256;
+
+  HttpParser(Mode mode, HttpMessageSink& sink);
+
+  void feed(std::span<const std::uint8_t> bytes, TimestampNs ts);
+  void gap(std::uint64_t n, TimestampNs ts);
+  // The direction ended (EOF, FIN, close): ends an until_close body with
+  // on_message_end, reports truncated_message for anything else in flight.
+  void close(TimestampNs ts);
+
+  // The next response answers a HEAD request (no body whatever its headers say).
+  // Responses to requests are matched in order by the caller.
+  void expect_head_response();
+
+  Mode mode() const { return mode_; }
+  // True while between messages or inside one whose framing is known.
+  bool synced() const;
+  // Bytes the parser has consumed, including gaps.
+  std::uint64_t position() const { return position_; }
+
+ private:
+  // Implementation-defined state (no heap allocation per connection beyond
+  // small strings).
+  Mode mode_;
+  HttpMessageSink& sink_;
+  std::uint64_t position_ = 0;
+};
+
+}  // namespace infertap::protocol

@@ -1,0 +1,58 @@
+// Meaning of one SSE event of an inference API stream: OpenAI-compatible chat
+// and text completions (vLLM, TGI, SGLang, llama.cpp, Ollama /v1, LiteLLM),
+// OpenAI Responses API, and Anthropic Messages. Complete JSON is parsed with
+// simdjson; an event whose bytes were not all captured is read with a tolerant
+// prefix scanner that only reports what the captured head proves.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace infertap::protocol {
+
+enum class Dialect : std::uint8_t { unknown, openai, openai_responses, anthropic };
+
+enum class EventKind : std::uint8_t {
+  content,     // carries generated output: a token event (first token, ITL)
+  role_only,   // OpenAI delta with only "role"
+  empty,       // delta with empty content / no fields
+  usage_only,  // usage chunk (choices empty)
+  done,        // OpenAI "[DONE]" or Anthropic message_stop / Responses completed
+  error,       // mid-stream error object or "event: error"
+  control,     // other protocol events (message_start, ping, content_block_start, ...)
+  unparsed,    // not JSON we understand
+};
+
+std::string_view to_string(EventKind k);
+std::string_view to_string(Dialect d);
+
+struct EventMeaning {
+  EventKind kind = EventKind::unparsed;
+  Dialect dialect = Dialect::unknown;
+  std::string response_id;    // OpenAI chunk "id" / Anthropic message.id (capped 128)
+  std::string model;          // capped 128
+  std::string finish_reason;  // OpenAI finish_reason / Anthropic stop_reason
+  std::string error_type;     // error.type / error.code when kind == error (capped)
+  // Token usage when the event carries it (OpenAI usage chunk, Anthropic
+  // message_start input_tokens / message_delta output_tokens — cumulative).
+  std::optional<std::uint64_t> completion_tokens;
+  std::optional<std::uint64_t> prompt_tokens;
+  bool from_partial = false;  // decided from a truncated payload
+};
+
+// `data` is SseEvent::data, `event_type` SseEvent::type, `truncated` SseEvent::truncated.
+EventMeaning interpret_event(std::string_view event_type, std::string_view data, bool truncated);
+
+// Facts from the head of a request body (JSON): model, stream flag, max tokens.
+// Tolerates a truncated body (only the captured head is known).
+struct RequestMeaning {
+  std::string model;  // capped 128
+  std::optional<bool> stream;
+  std::optional<std::uint64_t> max_tokens;
+};
+RequestMeaning interpret_request_body(std::string_view body_head);
+
+}  // namespace infertap::protocol

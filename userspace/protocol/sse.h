@@ -1,0 +1,65 @@
+// Server-Sent Events parser (WHATWG HTML "event stream interpretation"), fed
+// from de-chunked response body bytes that may contain capture holes.
+//
+// Rules followed: lines end in CRLF, LF or CR; a leading UTF-8 BOM is skipped;
+// lines starting with ':' are comments; "field:value" with one optional space
+// after the colon; "data" lines are joined with '\n'; an empty line dispatches
+// the event; "event" sets the type, "id" the last event id (ignored if it holds
+// NUL), "retry" is parsed and ignored; unknown fields are ignored; an event with
+// no data line is not dispatched (but is counted as a boundary).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace infertap::protocol {
+
+using TimestampNs = std::uint64_t;
+
+struct SseEvent {
+  std::string_view type;  // "" when no event: field (means "message")
+  std::string_view data;  // data lines joined by '\n'; capped at kMaxEventData
+  std::string_view id;    // last "id:" value seen in this event, "" if none
+  TimestampNs first_byte_ts = 0;  // time of the piece holding the event's first byte
+  TimestampNs ts = 0;             // time of the piece holding the terminating empty line
+  std::uint64_t stream_offset = 0;  // body offset of the event's first byte
+  std::uint32_t wire_bytes = 0;     // bytes of the event on the wire incl. terminator
+  bool truncated = false;  // a capture hole or the data cap cut part of this event
+};
+
+class SseParser {
+ public:
+  static constexpr std::size_t kMaxEventData = 64 * 1024;  // bound per event
+
+  using Callback = std::function<void(const SseEvent&)>;
+  explicit SseParser(Callback on_event);
+
+  void feed(std::span<const std::uint8_t> bytes, TimestampNs ts);
+  // n bytes were not captured. The current event (if any) is marked truncated.
+  // A hole may hide a boundary: the parser keeps going and relies on the
+  // following bytes; see resync().
+  void gap(std::uint64_t n, TimestampNs ts);
+  // Body ended. A pending event without its empty line is not dispatched
+  // (WHATWG); it is counted in incomplete_events().
+  void end(TimestampNs ts);
+  // Join an event stream in the middle (agent started late): discard bytes up
+  // to the next event boundary, or start at once when the next byte begins a
+  // line with a known field ("data:", "event:", "id:", "retry:") or ':'.
+  void resync();
+
+  std::uint64_t events() const { return events_; }
+  std::uint64_t incomplete_events() const { return incomplete_; }
+  std::uint64_t bytes_discarded() const { return discarded_; }
+
+ private:
+  // Implementation-defined state.
+  Callback on_event_;
+  std::uint64_t events_ = 0;
+  std::uint64_t incomplete_ = 0;
+  std::uint64_t discarded_ = 0;
+};
+
+}  // namespace infertap::protocol
