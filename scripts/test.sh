@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The whole test suite: installs dependencies, builds, then runs unit tests,
+# each libFuzzer harness briefly (ASan/UBSan), the BPF integration tests (root:
+# real programs, real servers and clients) and a short benchmark smoke run.
+# Prints "N passed, N failed" last; exits non-zero on any failure.
+#
+#   FUZZ_SECONDS=20   seconds per fuzzer
+#   SKIP_BENCH=1      leave out the benchmark smoke run
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "test.sh: the suite loads BPF programs and installs packages: run it as root (sudo scripts/test.sh)" >&2
+  exit 1
+fi
+
+scripts/setup.sh || { echo "test.sh: dependency installation failed" >&2; exit 1; }
+
+jobs=$(nproc)
+echo "== build"
+if ! make -j"$jobs" all fuzz >build.log 2>&1; then
+  tail -50 build.log
+  echo "test.sh: build failed (full log in build.log)" >&2
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+
+passed=0
+failed=0
+failures=()
+
+# gtest binaries: count their own test results.
+run_gtest() {
+  local name=$1; shift
+  echo "== $name"
+  local log
+  log=$(mktemp)
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local p f
+  p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+  f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+  p=${p:-0}; f=${f:-0}
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # crashed before reporting
+  passed=$((passed + p)); failed=$((failed + f))
+  [ "$f" -eq 0 ] || failures+=("$name")
+  rm -f "$log"
+}
+
+# One pass/fail per fuzzer run.
+run_fuzzer() {
+  local bin=$1 name corpus
+  name=$(basename "$bin")
+  corpus=$(mktemp -d)
+  [ -d "tests/fuzz/corpus/$name" ] && cp -r "tests/fuzz/corpus/$name/." "$corpus/"
+  echo "== fuzz $name (${FUZZ_SECONDS:-20}s)"
+  if "$bin" -max_total_time="${FUZZ_SECONDS:-20}" -print_final_stats=1 -artifact_prefix="build/fuzz/$name-" \
+       "$corpus" >"build/fuzz/$name.log" 2>&1; then
+    passed=$((passed + 1))
+    grep -E "stat::number_of_executed_units" "build/fuzz/$name.log" || true
+  else
+    failed=$((failed + 1)); failures+=("fuzz $name")
+    tail -40 "build/fuzz/$name.log"
+  fi
+  rm -rf "$corpus"
+}
+
+run_gtest "unit tests" build/unit_tests
+for f in build/fuzz/fuzz_*; do
+  case "$f" in *.log|*-crash-*|*-leak-*|*-timeout-*) continue ;; esac
+  run_fuzzer "$f"
+done
+run_gtest "integration tests (BPF, root)" build/integration_tests
+
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  echo "== benchmark smoke (pipeline throughput)"
+  if build/bench_pipeline --benchmark_min_time=0.2 >build/bench_smoke.log 2>&1; then
+    passed=$((passed + 1)); grep -E "^BM_" build/bench_smoke.log || true
+  else
+    failed=$((failed + 1)); failures+=("benchmark smoke"); tail -20 build/bench_smoke.log
+  fi
+fi
+
+if [ ${#failures[@]} -gt 0 ]; then
+  echo "failed: ${failures[*]}"
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

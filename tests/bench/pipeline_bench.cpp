@@ -1,0 +1,73 @@
+// Userspace pipeline throughput: ring-buffer records -> decode -> connection ->
+// HTTP -> SSE -> payload -> stream records, on one core. Input is a recorded-
+// style event stream: many concurrent chunked OpenAI streams, interleaved as a
+// busy server produces them. Reported as items_per_second = events/s.
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "core/pipeline.h"
+#include "support/event_builder.h"
+
+namespace {
+
+using infertap::testing::ConnBuilder;
+using infertap::testing::chunked;
+using infertap::testing::openai_chunk;
+
+struct Recording {
+  std::vector<std::vector<std::uint8_t>> records;
+  std::size_t events = 0;
+};
+
+// `streams` concurrent server-side streams of `tokens` token events each.
+Recording make_recording(int streams, int tokens, bool client_side) {
+  Recording rec;
+  std::vector<ConnBuilder> conns;
+  for (int s = 0; s < streams; ++s) conns.emplace_back(0x1000 + s, 100, 8000, 30000 + s);
+  const std::string body = R"({"model":"llama-test","stream":true,"messages":[{"role":"user","content":"hi"}]})";
+  const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::string event = chunked(openai_chunk(" token"));
+  std::uint64_t t = 1'000'000'000;
+  auto out = [&](ConnBuilder& c, bool outbound, const std::string& bytes) {
+    t += 1000;
+    const bool send = outbound != client_side;
+    rec.records.push_back(send ? c.send(t, bytes) : c.recv(t, bytes));
+    ++rec.events;
+  };
+  for (auto& c : conns) {
+    out(c, false, request);
+    out(c, true, head);
+  }
+  for (int i = 0; i < tokens; ++i) {
+    for (auto& c : conns) out(c, true, event);
+  }
+  for (auto& c : conns) {
+    out(c, true, chunked("data: [DONE]\n\n"));
+    out(c, true, "0\r\n\r\n");
+  }
+  return rec;
+}
+
+void run(benchmark::State& state, bool client_side) {
+  const Recording rec = make_recording(static_cast<int>(state.range(0)), 200, client_side);
+  std::uint64_t records_out = 0;
+  for (auto _ : state) {
+    infertap::core::Pipeline pipeline(infertap::core::PipelineConfig{},
+                                      [&](infertap::core::StreamRecord&&) { ++records_out; });
+    for (const auto& r : rec.records) pipeline.on_record(r);
+    benchmark::DoNotOptimize(pipeline.counters().sse_events);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rec.events));
+  state.counters["streams_out"] = static_cast<double>(records_out) / static_cast<double>(state.iterations());
+}
+
+void BM_PipelineServerStreams(benchmark::State& state) { run(state, false); }
+void BM_PipelineClientStreams(benchmark::State& state) { run(state, true); }
+
+BENCHMARK(BM_PipelineServerStreams)->Arg(1)->Arg(200)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PipelineClientStreams)->Arg(200)->Unit(benchmark::kMillisecond);
+
+}  // namespace

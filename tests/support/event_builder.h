@@ -1,0 +1,119 @@
+// Builds ring-buffer records exactly as the kernel side lays them out, for
+// driving the pipeline from synthetic syscall sequences with a fake clock.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "capture/abi_check.h"
+
+namespace infertap::testing {
+
+class ConnBuilder {
+ public:
+  ConnBuilder(std::uint64_t sock_id, std::uint32_t pid, std::uint16_t local_port, std::uint16_t remote_port)
+      : sock_id_(sock_id), pid_(pid), local_port_(local_port), remote_port_(remote_port) {}
+
+  // Capture caps, as the agent's --head-bytes / --tail-bytes.
+  void set_caps(std::uint32_t head, std::uint32_t tail) { head_cap_ = head; tail_cap_ = tail; }
+
+  // One send/recv syscall that moved `bytes`, returning at ts_ns.
+  std::vector<std::uint8_t> send(std::uint64_t ts_ns, std::string_view bytes, std::uint64_t duration_ns = 2000) {
+    return data(ITAP_DIR_SEND, ITAP_SC_WRITE, ts_ns, bytes, duration_ns);
+  }
+  std::vector<std::uint8_t> recv(std::uint64_t ts_ns, std::string_view bytes, std::uint64_t duration_ns = 2000) {
+    return data(ITAP_DIR_RECV, ITAP_SC_READ, ts_ns, bytes, duration_ns);
+  }
+  // Skip bytes in a direction as if their events were dropped before userspace.
+  void lose(std::uint8_t direction, std::uint32_t n) { (direction == ITAP_DIR_SEND ? send_seq_ : recv_seq_) += n; }
+
+  std::vector<std::uint8_t> eof(std::uint64_t ts_ns) {
+    auto rec = header(ITAP_EV_DATA, ITAP_DIR_RECV, ITAP_SC_READ, ts_ns, 0);
+    reinterpret_cast<itap_event*>(rec.data())->flags |= ITAP_F_EOF;
+    return rec;
+  }
+  std::vector<std::uint8_t> state(std::uint64_t ts_ns, std::uint8_t old_state, std::uint8_t new_state) {
+    auto rec = header(ITAP_EV_STATE, 0, 0, ts_ns, 0);
+    auto* h = reinterpret_cast<itap_event*>(rec.data());
+    h->old_state = old_state;
+    h->new_state = new_state;
+    return rec;
+  }
+
+ private:
+  std::vector<std::uint8_t> header(std::uint16_t kind, std::uint8_t dir, std::uint8_t sc, std::uint64_t ts,
+                                   std::int64_t ret) {
+    std::vector<std::uint8_t> rec(sizeof(itap_event), 0);
+    auto* h = reinterpret_cast<itap_event*>(rec.data());
+    h->ts_ns = ts;
+    h->enter_ns = ts;
+    h->sock_id = sock_id_;
+    h->ret = ret;
+    h->requested = ret > 0 ? static_cast<std::uint64_t>(ret) : 0;
+    h->pid = pid_;
+    h->tid = pid_;
+    h->fd = 7;
+    h->kind = kind;
+    h->direction = dir;
+    h->syscall = sc;
+    h->family = 2;  // AF_INET
+    h->local_port = local_port_;
+    h->remote_port = remote_port_;
+    h->local_addr[0] = 127;
+    h->local_addr[3] = 1;
+    h->remote_addr[0] = 127;
+    h->remote_addr[3] = 1;
+    std::memcpy(h->comm, "sample", 7);
+    if (first_) {
+      h->flags |= ITAP_F_NEW_SOCKET;
+      first_ = false;
+    }
+    return rec;
+  }
+
+  std::vector<std::uint8_t> data(std::uint8_t dir, std::uint8_t sc, std::uint64_t ts, std::string_view bytes,
+                                 std::uint64_t duration_ns) {
+    auto rec = header(ITAP_EV_DATA, dir, sc, ts, static_cast<std::int64_t>(bytes.size()));
+    auto* h = reinterpret_cast<itap_event*>(rec.data());
+    h->enter_ns = ts - std::min(ts, duration_ns);
+    std::uint32_t& seq = dir == ITAP_DIR_SEND ? send_seq_ : recv_seq_;
+    seq += static_cast<std::uint32_t>(bytes.size());
+    h->seq_end = seq;
+    const std::size_t head = std::min<std::size_t>(bytes.size(), head_cap_);
+    const std::size_t tail = std::min<std::size_t>(bytes.size() - head, tail_cap_);
+    h->head_len = static_cast<std::uint16_t>(head);
+    h->tail_len = static_cast<std::uint16_t>(tail);
+    if (head + tail < bytes.size()) h->flags |= ITAP_F_TRUNCATED;
+    rec.insert(rec.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(head));
+    rec.insert(rec.end(), bytes.end() - static_cast<std::ptrdiff_t>(tail), bytes.end());
+    return rec;
+  }
+
+  std::uint64_t sock_id_;
+  std::uint32_t pid_;
+  std::uint16_t local_port_, remote_port_;
+  std::uint32_t head_cap_ = ITAP_HEAD_DEFAULT, tail_cap_ = ITAP_TAIL_DEFAULT;
+  std::uint32_t send_seq_ = 1000, recv_seq_ = 5000;
+  bool first_ = true;
+};
+
+// An OpenAI chat.completion.chunk event as inference servers write it.
+inline std::string openai_chunk(std::string_view content, std::string_view id = "chatcmpl-test",
+                                std::string_view model = "llama-test") {
+  return "data: {\"id\":\"" + std::string(id) +
+         "\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"" + std::string(model) +
+         "\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + std::string(content) +
+         "\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+}
+
+inline std::string chunked(std::string_view body) {
+  char size[32];
+  std::snprintf(size, sizeof size, "%zx\r\n", body.size());
+  return std::string(size) + std::string(body) + "\r\n";
+}
+
+}  // namespace infertap::testing

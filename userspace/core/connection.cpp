@@ -1,0 +1,329 @@
+#include "core/connection.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "core/metrics.h"
+#include "core/pipeline.h"
+#include "protocol/payload.h"
+
+namespace infertap::core {
+namespace {
+
+using protocol::EventKind;
+
+bool starts_with(std::span<const std::uint8_t> bytes, std::string_view prefix) {
+  return bytes.size() >= prefix.size() && std::memcmp(bytes.data(), prefix.data(), prefix.size()) == 0;
+}
+
+bool looks_like_request_line(std::span<const std::uint8_t> b) {
+  static constexpr std::array<std::string_view, 7> kMethods = {"GET ",    "POST ",  "PUT ",    "PATCH ",
+                                                               "DELETE ", "HEAD ",  "OPTIONS "};
+  return std::any_of(kMethods.begin(), kMethods.end(), [&](std::string_view m) { return starts_with(b, m); });
+}
+
+bool looks_like_status_line(std::span<const std::uint8_t> b) { return starts_with(b, "HTTP/1."); }
+
+// A response body joined mid-way: SSE field lines or a chunk-size line.
+bool looks_like_event_stream(std::span<const std::uint8_t> b) {
+  for (std::string_view field : {"data:", "event:", "id:", "retry:", ":"}) {
+    if (starts_with(b, field)) return true;
+  }
+  std::size_t hex = 0;
+  while (hex < b.size() && hex < 9 && std::isxdigit(b[hex])) ++hex;
+  return hex >= 1 && hex <= 8 && hex + 1 < b.size() && b[hex] == '\r' && b[hex + 1] == '\n';
+}
+
+std::string_view framing_name(protocol::BodyFraming f) {
+  switch (f) {
+    case protocol::BodyFraming::none: return "none";
+    case protocol::BodyFraming::content_length: return "content_length";
+    case protocol::BodyFraming::chunked: return "chunked";
+    case protocol::BodyFraming::until_close: return "until_close";
+  }
+  return "none";
+}
+
+// Linux TCP states (include/net/tcp_states.h).
+constexpr std::uint8_t kTcpFinWait1 = 4;
+constexpr std::uint8_t kTcpClose = 7;
+constexpr std::uint8_t kTcpLastAck = 9;
+
+}  // namespace
+
+Connection::Connection(ConnIdentity identity, Pipeline& pipeline)
+    : identity_(std::move(identity)), pipeline_(pipeline), last_activity_(identity_.first_seen_ns) {}
+
+Connection::~Connection() = default;
+
+Connection::Direction& Connection::direction_of(const capture::IoEvent& event) {
+  return event.h().direction == ITAP_DIR_SEND ? outbound_ : inbound_;
+}
+
+bool Connection::decide_role(const capture::IoEvent& event) {
+  const bool send = event.h().direction == ITAP_DIR_SEND;
+  const auto head = event.head;
+  bool requests_here = false;
+  if (looks_like_request_line(head)) {
+    requests_here = true;
+  } else if (looks_like_status_line(head) || looks_like_event_stream(head)) {
+    requests_here = false;
+  } else {
+    return false;
+  }
+  // Requests flow client -> server.
+  role_ = (requests_here == send) ? Role::client : Role::server;
+  using Mode = protocol::HttpParser::Mode;
+  Direction& req_dir = role_ == Role::client ? outbound_ : inbound_;
+  Direction& resp_dir = role_ == Role::client ? inbound_ : outbound_;
+  req_dir.parser.emplace(Mode::request, request_sink_);
+  resp_dir.parser.emplace(Mode::response, response_sink_);
+  return true;
+}
+
+void Connection::on_data(const capture::IoEvent& event) {
+  const itap_event& h = event.h();
+  last_activity_ = h.ts_ns;
+  if (ignored_) return;
+  if (h.ret <= 0) {
+    // EOF on a receive: the peer finished sending; errors carry no bytes.
+    if ((h.flags & ITAP_F_EOF) && inbound_.parser && !inbound_.ended) {
+      inbound_.ended = true;
+      inbound_.parser->close(h.ts_ns);
+    }
+    return;
+  }
+  if (role_ == Role::unknown && !decide_role(event)) {
+    ignored_ = true;
+    pipeline_.mute(identity_.sock_id);
+    return;
+  }
+  Direction& dir = direction_of(event);
+  if (!dir.parser || dir.ended) return;
+  feed(dir, event);
+}
+
+void Connection::feed(Direction& dir, const capture::IoEvent& event) {
+  const itap_event& h = event.h();
+  const std::uint64_t moved = event.bytes();
+  const auto start_seq = static_cast<std::uint32_t>(h.seq_end - static_cast<std::uint32_t>(moved));
+  if (dir.next_seq) {
+    // Bytes between what we last saw and this call were moved by events the
+    // kernel could not deliver (full ring buffer): an exact hole.
+    const auto missing = static_cast<std::int32_t>(start_seq - *dir.next_seq);
+    if (missing > 0) {
+      pipeline_.mutable_counters().bytes_lost += static_cast<std::uint64_t>(missing);
+      const bool response_bytes = dir.parser->mode() == protocol::HttpParser::Mode::response;
+      if (response_bytes && response_ && response_->is_stream) {
+        response_->record.bytes_lost += static_cast<std::uint64_t>(missing);
+      }
+      dir.parser->gap(static_cast<std::uint64_t>(missing), h.ts_ns);
+    }
+  }
+  dir.next_seq = h.seq_end;
+
+  current_ = &event;
+  current_first_event_ = response_ && response_->is_stream ? response_->record.timeline.size() : 0;
+  dir.parser->feed(event.head, h.ts_ns);
+  if (const std::uint64_t hole = event.hole(); hole > 0) {
+    pipeline_.mutable_counters().bytes_not_captured += hole;
+    dir.parser->gap(hole, h.ts_ns);
+  }
+  if (!event.tail.empty()) dir.parser->feed(event.tail, h.ts_ns);
+  // How many SSE events this one syscall completed: a burst signature.
+  if (response_ && response_->is_stream) {
+    auto& timeline = response_->record.timeline;
+    if (current_first_event_ < timeline.size()) {
+      const auto n = static_cast<std::uint32_t>(timeline.size() - current_first_event_);
+      for (std::size_t i = current_first_event_; i < timeline.size(); ++i) timeline[i].events_in_syscall = n;
+    }
+  }
+  current_ = nullptr;
+}
+
+void Connection::on_state(const capture::IoEvent& event) {
+  const itap_event& h = event.h();
+  last_activity_ = h.ts_ns;
+  if (h.new_state == kTcpFinWait1 || h.new_state == kTcpLastAck) {
+    // This side called close()/shutdown(): nothing more will be sent.
+    if (outbound_.parser && !outbound_.ended) {
+      outbound_.ended = true;
+      outbound_.parser->close(h.ts_ns);
+    }
+  }
+  // TCP_CLOSE is handled by the pipeline (it ends the connection).
+  (void)kTcpClose;
+}
+
+void Connection::close(TimestampNs ts, StreamEnd reason) {
+  for (Direction* dir : {&outbound_, &inbound_}) {
+    if (dir->parser && !dir->ended) {
+      dir->ended = true;
+      dir->parser->close(ts);
+    }
+  }
+  if (response_) finish_response(ts, reason);
+}
+
+void Connection::expire_stream(TimestampNs now, std::uint64_t idle_ns) {
+  if (!response_ || !response_->is_stream) return;
+  const StreamRecord& r = response_->record;
+  const TimestampNs last = std::max({r.last_event_ns, r.response_head_ns, r.first_event_ns});
+  if (now > last && now - last > idle_ns) finish_response(now, StreamEnd::idle_timeout);
+}
+
+// ---- requests ---------------------------------------------------------------
+
+void Connection::RequestSink::on_request_head(const protocol::RequestHead& head, TimestampNs) {
+  PendingRequest req;
+  req.method = head.method;
+  req.target = head.target;
+  // The head's first byte moved in the syscall being fed.
+  req.start_ns = c_.current_ ? c_.current_->h().ts_ns : 0;
+  c_.requests_.push_back(std::move(req));
+  // Bound memory when a peer pipelines without reading responses.
+  if (c_.requests_.size() > 64) c_.requests_.pop_front();
+}
+
+void Connection::RequestSink::on_body(std::span<const std::uint8_t> bytes, TimestampNs) {
+  if (c_.requests_.empty()) return;
+  PendingRequest& req = c_.requests_.back();
+  const std::size_t room = c_.pipeline_.config().request_body_head - std::min(req.body_head.size(), c_.pipeline_.config().request_body_head);
+  const std::size_t n = std::min(room, bytes.size());
+  req.body_head.append(reinterpret_cast<const char*>(bytes.data()), n);
+}
+
+void Connection::RequestSink::on_message_end(TimestampNs ts) {
+  if (c_.requests_.empty()) return;
+  PendingRequest& req = c_.requests_.back();
+  req.end_ns = ts;
+  req.complete = true;
+}
+
+void Connection::RequestSink::on_error(protocol::ParseError, std::string_view) {
+  ++c_.pipeline_.mutable_counters().http_parse_errors;
+}
+
+// ---- responses --------------------------------------------------------------
+
+void Connection::start_response(const protocol::ResponseHead& head, TimestampNs ts) {
+  if (response_) finish_response(ts, StreamEnd::protocol_error);
+  response_.emplace();
+  ActiveResponse& resp = *response_;
+  resp.is_stream = head.event_stream;
+  ++responses_seen_;
+  if (!resp.is_stream) {
+    ++pipeline_.mutable_counters().non_stream_responses;
+    return;
+  }
+  ++pipeline_.mutable_counters().streams_started;
+  StreamRecord& r = resp.record;
+  r.conn = identity_;
+  r.role = role_;
+  r.stream_seq = responses_seen_ - 1;
+  r.status = head.status;
+  r.content_type = head.content_type;
+  r.framing = std::string(framing_name(head.framing));
+  r.joined_midstream = head.joined_midstream;
+  r.response_head_ns = ts;
+  if (!head.joined_midstream && !requests_.empty()) {
+    const PendingRequest& req = requests_.front();
+    r.method = req.method;
+    r.path = req.target;
+    r.request_start_ns = req.start_ns;
+    r.request_end_ns = req.complete ? req.end_ns : 0;
+    const protocol::RequestMeaning meaning = protocol::interpret_request_body(req.body_head);
+    r.request_model = meaning.model;
+    r.model = meaning.model;
+    r.request_stream = meaning.stream;
+  }
+  resp.sse.emplace([this](const protocol::SseEvent& e) { on_sse_event(e); });
+  if (head.joined_midstream) resp.sse->resync();
+}
+
+void Connection::on_sse_event(const protocol::SseEvent& e) {
+  if (!response_ || !response_->is_stream) return;
+  ActiveResponse& resp = *response_;
+  StreamRecord& r = resp.record;
+  ++pipeline_.mutable_counters().sse_events;
+  const protocol::EventMeaning meaning = protocol::interpret_event(e.type, e.data, e.truncated);
+
+  if (r.timeline.size() < pipeline_.config().max_timeline_events) {
+    TimelineEvent t;
+    t.ts_ns = e.ts;
+    t.first_byte_ns = e.first_byte_ts;
+    t.offset = e.stream_offset;
+    t.wire_bytes = e.wire_bytes;
+    t.kind = meaning.kind;
+    t.truncated = e.truncated;
+    if (current_) t.syscall_ns = current_->h().ts_ns - std::min(current_->h().ts_ns, current_->h().enter_ns);
+    r.timeline.push_back(t);
+  }
+  if (e.truncated) ++r.truncated_events;
+  if (r.first_event_ns == 0) r.first_event_ns = e.ts;
+  r.last_event_ns = e.ts;
+  if (meaning.kind == EventKind::content) {
+    if (r.first_token_ns == 0) r.first_token_ns = e.ts;
+    r.last_token_ns = e.ts;
+  }
+  if (r.dialect == protocol::Dialect::unknown) r.dialect = meaning.dialect;
+  if (r.response_id.empty() && !meaning.response_id.empty()) r.response_id = meaning.response_id;
+  if (!meaning.model.empty() && (r.model.empty() || r.model == r.request_model)) r.model = meaning.model;
+  if (!meaning.finish_reason.empty()) r.finish_reason = meaning.finish_reason;
+  if (meaning.kind == EventKind::error && r.error_type.empty()) {
+    r.error_type = meaning.error_type.empty() ? "error" : meaning.error_type;
+  }
+  // Anthropic reports cumulative output_tokens; the last value wins.
+  if (meaning.completion_tokens) resp.usage_completion_tokens = meaning.completion_tokens;
+  if (meaning.kind == EventKind::done) resp.saw_done = true;
+}
+
+void Connection::finish_response(TimestampNs ts, StreamEnd reason) {
+  if (!response_) return;
+  ActiveResponse resp = std::move(*response_);
+  response_.reset();
+  if (!requests_.empty() && !resp.record.joined_midstream) requests_.pop_front();
+  if (!resp.is_stream) return;
+  if (resp.sse) resp.sse->end(ts);
+  StreamRecord& r = resp.record;
+  // A stream that delivered its protocol's end marker is complete even when the
+  // connection went away before the framing terminator was seen.
+  r.end = resp.saw_done ? StreamEnd::complete : reason;
+  r.end_ns = ts;
+  compute_metrics(r, resp.usage_completion_tokens, pipeline_.config());
+  auto& counters = pipeline_.mutable_counters();
+  if (r.end == StreamEnd::complete) {
+    ++counters.streams_completed;
+  } else {
+    ++counters.streams_partial;
+  }
+  pipeline_.emit(std::move(r));
+}
+
+void Connection::ResponseSink::on_response_head(const protocol::ResponseHead& head, TimestampNs ts) {
+  if (head.status >= 100 && head.status < 200) return;  // interim responses
+  c_.start_response(head, ts);
+}
+
+void Connection::ResponseSink::on_body(std::span<const std::uint8_t> bytes, TimestampNs ts) {
+  if (!c_.response_ || !c_.response_->is_stream) return;
+  c_.response_->record.body_bytes += bytes.size();
+  c_.response_->sse->feed(bytes, ts);
+}
+
+void Connection::ResponseSink::on_body_gap(std::uint64_t n, TimestampNs ts) {
+  if (!c_.response_ || !c_.response_->is_stream) return;
+  c_.response_->record.body_bytes += n;
+  c_.response_->record.bytes_not_captured += n;
+  c_.response_->sse->gap(n, ts);
+}
+
+void Connection::ResponseSink::on_message_end(TimestampNs ts) { c_.finish_response(ts, StreamEnd::complete); }
+
+void Connection::ResponseSink::on_error(protocol::ParseError, std::string_view) {
+  ++c_.pipeline_.mutable_counters().http_parse_errors;
+  if (c_.response_ && c_.response_->is_stream) ++c_.response_->record.parse_errors;
+}
+
+}  // namespace infertap::core

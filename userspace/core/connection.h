@@ -1,0 +1,111 @@
+// One followed TCP connection: places an HTTP parser on each direction by the
+// connection's role, pairs responses with requests, and assembles a record per
+// text/event-stream response with one timeline entry per SSE event.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+
+#include "capture/event.h"
+#include "core/types.h"
+#include "protocol/http.h"
+#include "protocol/sse.h"
+
+namespace infertap::core {
+
+class Pipeline;
+
+class Connection {
+ public:
+  Connection(ConnIdentity identity, Pipeline& pipeline);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  void on_data(const capture::IoEvent& event);
+  void on_state(const capture::IoEvent& event);
+  // Ends the connection: closes both directions, finishes any stream.
+  void close(TimestampNs ts, StreamEnd reason);
+  // Ends a stream that saw no bytes for too long (the connection stays).
+  void expire_stream(TimestampNs now, std::uint64_t idle_ns);
+
+  const ConnIdentity& identity() const { return identity_; }
+  Role role() const { return role_; }
+  bool ignored() const { return ignored_; }
+  TimestampNs last_activity() const { return last_activity_; }
+
+ private:
+  struct PendingRequest {
+    std::string method, target;
+    TimestampNs start_ns = 0, end_ns = 0;
+    std::string body_head;
+    bool complete = false;
+  };
+
+  // Per-direction byte stream: parser plus the TCP sequence expected next.
+  struct Direction {
+    std::optional<protocol::HttpParser> parser;
+    std::optional<std::uint32_t> next_seq;
+    bool ended = false;
+  };
+
+  class RequestSink : public protocol::HttpMessageSink {
+   public:
+    explicit RequestSink(Connection& c) : c_(c) {}
+    void on_request_head(const protocol::RequestHead& head, TimestampNs ts) override;
+    void on_body(std::span<const std::uint8_t> bytes, TimestampNs ts) override;
+    void on_message_end(TimestampNs ts) override;
+    void on_error(protocol::ParseError e, std::string_view detail) override;
+
+   private:
+    Connection& c_;
+  };
+
+  class ResponseSink : public protocol::HttpMessageSink {
+   public:
+    explicit ResponseSink(Connection& c) : c_(c) {}
+    void on_response_head(const protocol::ResponseHead& head, TimestampNs ts) override;
+    void on_body(std::span<const std::uint8_t> bytes, TimestampNs ts) override;
+    void on_body_gap(std::uint64_t n, TimestampNs ts) override;
+    void on_message_end(TimestampNs ts) override;
+    void on_error(protocol::ParseError e, std::string_view detail) override;
+
+   private:
+    Connection& c_;
+  };
+
+  // The response currently being received/sent on this connection.
+  struct ActiveResponse {
+    bool is_stream = false;
+    StreamRecord record;
+    std::optional<protocol::SseParser> sse;
+    std::optional<std::uint64_t> usage_completion_tokens;
+    bool saw_done = false;
+  };
+
+  bool decide_role(const capture::IoEvent& event);
+  Direction& direction_of(const capture::IoEvent& event);
+  void feed(Direction& dir, const capture::IoEvent& event);
+  void on_sse_event(const protocol::SseEvent& event);
+  void start_response(const protocol::ResponseHead& head, TimestampNs ts);
+  void finish_response(TimestampNs ts, StreamEnd reason);
+
+  ConnIdentity identity_;
+  Pipeline& pipeline_;
+  Role role_ = Role::unknown;
+  bool ignored_ = false;
+  TimestampNs last_activity_ = 0;
+  RequestSink request_sink_{*this};
+  ResponseSink response_sink_{*this};
+  Direction outbound_, inbound_;
+  std::deque<PendingRequest> requests_;
+  std::optional<ActiveResponse> response_;
+  std::uint64_t responses_seen_ = 0;
+  // The syscall whose bytes are being fed right now (timeline context).
+  const capture::IoEvent* current_ = nullptr;
+  std::size_t current_first_event_ = 0;
+};
+
+}  // namespace infertap::core

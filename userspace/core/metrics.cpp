@@ -1,0 +1,78 @@
+#include "core/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace infertap::core {
+
+std::optional<std::uint64_t> percentile(std::vector<std::uint64_t> sample, double p) {
+  if (sample.empty()) return std::nullopt;
+  const double rank = std::ceil(p / 100.0 * static_cast<double>(sample.size()));
+  std::size_t index = rank < 1 ? 0 : static_cast<std::size_t>(rank) - 1;
+  index = std::min(index, sample.size() - 1);
+  std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(index), sample.end());
+  return sample[index];
+}
+
+void compute_metrics(StreamRecord& record, std::optional<std::uint64_t> usage_completion_tokens,
+                     const PipelineConfig& config) {
+  StreamMetrics m;
+  std::vector<TimestampNs> token_times;
+  for (const TimelineEvent& e : record.timeline) {
+    if (e.kind == protocol::EventKind::content) token_times.push_back(e.ts_ns);
+  }
+  m.events = static_cast<std::uint32_t>(record.timeline.size());
+  m.content_events = static_cast<std::uint32_t>(token_times.size());
+
+  if (usage_completion_tokens) {
+    m.tokens = *usage_completion_tokens;
+    m.token_source = "usage";
+  } else {
+    m.tokens = m.content_events;
+    m.token_source = "events";
+  }
+
+  const bool has_request = record.request_end_ns != 0 && !record.joined_midstream;
+  if (!token_times.empty() && has_request && token_times.front() >= record.request_end_ns) {
+    m.ttft_ns = token_times.front() - record.request_end_ns;
+  }
+  if (record.last_event_ns != 0 && has_request && record.last_event_ns >= record.request_end_ns) {
+    m.e2e_ns = record.last_event_ns - record.request_end_ns;
+  }
+
+  std::vector<std::uint64_t> gaps;
+  gaps.reserve(token_times.size());
+  for (std::size_t i = 1; i < token_times.size(); ++i) {
+    gaps.push_back(token_times[i] >= token_times[i - 1] ? token_times[i] - token_times[i - 1] : 0);
+  }
+  m.itl_p50_ns = percentile(gaps, 50);
+  m.itl_p95_ns = percentile(gaps, 95);
+  m.itl_p99_ns = percentile(gaps, 99);
+  m.itl_max_ns = percentile(gaps, 100);
+  m.longest_pause_ns = m.itl_max_ns;
+
+  // Streaming rate: tokens after the first over the first→last token span. When
+  // the count comes from usage, the first event's share is the average tokens
+  // per content event (exact for one token per event).
+  if (token_times.size() >= 2 && token_times.back() > token_times.front()) {
+    const double span_s = static_cast<double>(token_times.back() - token_times.front()) / 1e9;
+    const double after_first = static_cast<double>(m.tokens) * static_cast<double>(m.content_events - 1) /
+                               static_cast<double>(m.content_events);
+    m.tokens_per_s = after_first / span_s;
+  }
+
+  if (m.itl_p50_ns) {
+    const auto relative = static_cast<std::uint64_t>(config.stall_ratio * static_cast<double>(*m.itl_p50_ns));
+    m.stall_threshold_ns = std::max(config.stall_floor_ns, relative);
+    for (std::size_t i = 0; i < gaps.size(); ++i) {
+      if (gaps[i] > m.stall_threshold_ns) {
+        m.stalls.push_back(Stall{static_cast<std::uint32_t>(i), token_times[i], gaps[i]});
+      }
+    }
+  } else {
+    m.stall_threshold_ns = config.stall_floor_ns;
+  }
+  record.metrics = std::move(m);
+}
+
+}  // namespace infertap::core

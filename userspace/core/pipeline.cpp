@@ -1,0 +1,147 @@
+#include "core/pipeline.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/connection.h"
+
+namespace infertap::core {
+namespace {
+
+constexpr std::uint8_t kTcpClose = 7;  // include/net/tcp_states.h
+
+Endpoint endpoint(const std::uint8_t (&addr)[16], std::uint16_t port, std::uint16_t family) {
+  Endpoint e;
+  std::copy(std::begin(addr), std::end(addr), e.addr.begin());
+  e.port = port;
+  e.family = family;
+  return e;
+}
+
+}  // namespace
+
+Pipeline::Pipeline(PipelineConfig config, RecordSink sink, MuteSocket mute, CgroupLookup cgroup_lookup)
+    : config_(config), sink_(std::move(sink)), mute_(std::move(mute)), cgroup_lookup_(std::move(cgroup_lookup)) {}
+
+Pipeline::~Pipeline() = default;
+
+void Pipeline::on_record(std::span<const std::uint8_t> record) {
+  const capture::DecodeResult decoded = capture::decode(record);
+  if (!decoded.event) {
+    ++counters_.decode_errors;
+    return;
+  }
+  on_event(*decoded.event);
+}
+
+Connection* Pipeline::connection_for(const capture::IoEvent& event) {
+  const itap_event& h = event.h();
+  auto it = connections_.find(h.sock_id);
+  if (it != connections_.end()) {
+    // The kernel saw this socket address as new: the old connection closed
+    // without us hearing of it (state event lost), and the address was reused.
+    if (!(h.flags & ITAP_F_NEW_SOCKET)) return it->second.get();
+    close_connection(h.sock_id, h.ts_ns, StreamEnd::connection_closed);
+  }
+  if (connections_.size() >= config_.max_connections) evict_oldest(h.ts_ns);
+  ConnIdentity id;
+  id.sock_id = h.sock_id;
+  id.generation = ++next_generation_;
+  id.pid = h.pid;
+  id.fd = h.fd;
+  id.comm = std::string(event.comm());
+  id.cgroup_id = h.cgroup_id;
+  id.cgroup_path = cgroup_path(h.pid);
+  id.local = endpoint(h.local_addr, h.local_port, h.family);
+  id.remote = endpoint(h.remote_addr, h.remote_port, h.family);
+  id.first_seen_ns = h.ts_ns;
+  ++counters_.connections_opened;
+  auto conn = std::make_unique<Connection>(std::move(id), *this);
+  Connection* raw = conn.get();
+  connections_.emplace(h.sock_id, std::move(conn));
+  return raw;
+}
+
+void Pipeline::on_event(const capture::IoEvent& event) {
+  const itap_event& h = event.h();
+  if (h.kind == ITAP_EV_STATE) {
+    ++counters_.state_events;
+    auto it = connections_.find(h.sock_id);
+    if (it == connections_.end()) return;
+    if (h.new_state == kTcpClose) {
+      close_connection(h.sock_id, h.ts_ns, StreamEnd::connection_closed);
+    } else {
+      it->second->on_state(event);
+    }
+    return;
+  }
+  ++counters_.data_events;
+  Connection* conn = connection_for(event);
+  conn->on_data(event);
+}
+
+void Pipeline::close_connection(std::uint64_t sock_id, TimestampNs now, StreamEnd reason) {
+  auto it = connections_.find(sock_id);
+  if (it == connections_.end()) return;
+  // Move out first: closing emits records, and the sink must see a consistent table.
+  std::unique_ptr<Connection> conn = std::move(it->second);
+  connections_.erase(it);
+  conn->close(now, reason);
+  ++counters_.connections_closed;
+}
+
+void Pipeline::evict_oldest(TimestampNs now) {
+  // Drop the least recently active 1/16 at once so a full table costs one scan
+  // per many new connections, not one per connection.
+  std::vector<std::pair<TimestampNs, std::uint64_t>> by_age;
+  by_age.reserve(connections_.size());
+  for (const auto& [sock, conn] : connections_) by_age.emplace_back(conn->last_activity(), sock);
+  const std::size_t n = std::max<std::size_t>(1, by_age.size() / 16);
+  std::nth_element(by_age.begin(), by_age.begin() + static_cast<std::ptrdiff_t>(n - 1), by_age.end());
+  for (std::size_t i = 0; i < n; ++i) {
+    close_connection(by_age[i].second, now, StreamEnd::evicted);
+    ++counters_.connections_evicted;
+  }
+}
+
+void Pipeline::expire(TimestampNs now) {
+  std::vector<std::uint64_t> idle;
+  for (auto& [sock, conn] : connections_) {
+    const TimestampNs last = conn->last_activity();
+    if (now > last && now - last > config_.conn_idle_timeout_ns) {
+      idle.push_back(sock);
+    } else {
+      conn->expire_stream(now, config_.stream_idle_timeout_ns);
+    }
+  }
+  for (std::uint64_t sock : idle) close_connection(sock, now, StreamEnd::idle_timeout);
+}
+
+void Pipeline::flush(TimestampNs now, StreamEnd reason) {
+  std::vector<std::uint64_t> all;
+  all.reserve(connections_.size());
+  for (const auto& [sock, conn] : connections_) all.push_back(sock);
+  for (std::uint64_t sock : all) close_connection(sock, now, reason);
+}
+
+void Pipeline::emit(StreamRecord&& record) {
+  ++counters_.records;
+  if (sink_) sink_(std::move(record));
+}
+
+void Pipeline::mute(std::uint64_t sock_id) {
+  ++counters_.connections_muted;
+  if (mute_) mute_(sock_id);
+}
+
+std::string Pipeline::cgroup_path(std::uint32_t pid) {
+  if (!cgroup_lookup_) return {};
+  auto it = cgroup_cache_.find(pid);
+  if (it != cgroup_cache_.end()) return it->second;
+  if (cgroup_cache_.size() > 65536) cgroup_cache_.clear();  // pids recycle; bound the cache
+  std::string path = cgroup_lookup_(pid);
+  cgroup_cache_.emplace(pid, path);
+  return path;
+}
+
+}  // namespace infertap::core

@@ -1,0 +1,71 @@
+// Kernel events -> connections -> HTTP/SSE -> per-stream records.
+//
+// One Pipeline per agent; single-threaded (the ring-buffer consumer thread owns
+// it). Each followed socket becomes a Connection keyed by its kernel address
+// plus a generation, with one HTTP parser per direction placed by the
+// connection's role. Byte positions come from the TCP sequence numbers the
+// kernel reports, so events the kernel could not deliver show up as exact holes
+// instead of silently shifting the stream.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+
+#include "capture/event.h"
+#include "core/types.h"
+
+namespace infertap::core {
+
+class Connection;
+
+class Pipeline {
+ public:
+  using RecordSink = std::function<void(StreamRecord&&)>;
+  using MuteSocket = std::function<void(std::uint64_t sock_id)>;
+  using CgroupLookup = std::function<std::string(std::uint32_t pid)>;
+
+  Pipeline(PipelineConfig config, RecordSink sink, MuteSocket mute = {}, CgroupLookup cgroup_lookup = {});
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // A raw ring-buffer record (decoded and validated here).
+  void on_record(std::span<const std::uint8_t> record);
+  void on_event(const capture::IoEvent& event);
+
+  // Time-based housekeeping: partial records for idle streams, forget idle
+  // connections. Call about once a second with the current monotonic time.
+  void expire(TimestampNs now);
+  // Ends everything in flight with `reason` (agent shutdown).
+  void flush(TimestampNs now, StreamEnd reason = StreamEnd::agent_stopped);
+
+  const PipelineCounters& counters() const { return counters_; }
+  std::size_t connection_count() const { return connections_.size(); }
+  const PipelineConfig& config() const { return config_; }
+
+  // Used by Connection.
+  void emit(StreamRecord&& record);
+  PipelineCounters& mutable_counters() { return counters_; }
+  void mute(std::uint64_t sock_id);
+
+ private:
+  Connection* connection_for(const capture::IoEvent& event);
+  void close_connection(std::uint64_t sock_id, TimestampNs now, StreamEnd reason);
+  void evict_oldest(TimestampNs now);
+  std::string cgroup_path(std::uint32_t pid);
+
+  PipelineConfig config_;
+  RecordSink sink_;
+  MuteSocket mute_;
+  CgroupLookup cgroup_lookup_;
+  PipelineCounters counters_;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
+  std::uint64_t next_generation_ = 0;  // connection generations are unique per agent run
+  std::unordered_map<std::uint32_t, std::string> cgroup_cache_;
+};
+
+}  // namespace infertap::core

@@ -1,0 +1,47 @@
+#include "core/types.h"
+
+#include <arpa/inet.h>
+
+namespace infertap::core {
+
+std::string_view to_string(Role r) {
+  switch (r) {
+    case Role::unknown: return "unknown";
+    case Role::server: return "server";
+    case Role::client: return "client";
+  }
+  return "unknown";
+}
+
+std::string_view vantage_of(Role r) {
+  switch (r) {
+    case Role::server: return "emit";
+    case Role::client: return "read";
+    case Role::unknown: break;
+  }
+  return "unknown";
+}
+
+std::string_view to_string(StreamEnd e) {
+  switch (e) {
+    case StreamEnd::complete: return "complete";
+    case StreamEnd::connection_closed: return "connection_closed";
+    case StreamEnd::idle_timeout: return "idle_timeout";
+    case StreamEnd::agent_stopped: return "agent_stopped";
+    case StreamEnd::evicted: return "evicted";
+    case StreamEnd::protocol_error: return "protocol_error";
+  }
+  return "unknown";
+}
+
+std::string Endpoint::to_string() const {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (family == AF_INET6) {
+    inet_ntop(AF_INET6, addr.data(), buf, sizeof buf);
+    return "[" + std::string(buf) + "]:" + std::to_string(port);
+  }
+  inet_ntop(AF_INET, addr.data(), buf, sizeof buf);
+  return std::string(buf) + ":" + std::to_string(port);
+}
+
+}  // namespace infertap::core

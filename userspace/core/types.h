@@ -1,0 +1,152 @@
+// Value types of the stream pipeline: who a connection is, what a finished
+// stream record holds. Plain data; produced by core/, rendered by output/.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "protocol/payload.h"
+
+namespace infertap::core {
+
+using TimestampNs = std::uint64_t;  // CLOCK_MONOTONIC nanoseconds
+
+// Which end of the HTTP exchange the traced process is on this connection.
+enum class Role : std::uint8_t { unknown, server, client };
+std::string_view to_string(Role r);
+
+// The vantage a stream's event times were taken at: a server's send exits
+// ("emit") or a client's receive exits ("read"). See docs/metrics.md.
+std::string_view vantage_of(Role r);
+
+struct Endpoint {
+  std::array<std::uint8_t, 16> addr{};
+  std::uint16_t port = 0;
+  std::uint16_t family = 0;  // AF_INET / AF_INET6
+  std::string to_string() const;  // "127.0.0.1:8000" / "[::1]:8000"
+};
+
+struct ConnIdentity {
+  std::uint64_t sock_id = 0;     // kernel socket address (opaque)
+  std::uint64_t generation = 0;  // bumps each time a socket address is reused
+  std::uint32_t pid = 0;
+  std::int32_t fd = -1;
+  std::string comm;
+  std::uint64_t cgroup_id = 0;
+  std::string cgroup_path;  // from /proc/<pid>/cgroup when known
+  Endpoint local;
+  Endpoint remote;
+  TimestampNs first_seen_ns = 0;
+};
+
+enum class StreamEnd : std::uint8_t {
+  complete,           // response message ended (last chunk / close-delimited EOF)
+  connection_closed,  // connection ended mid-stream
+  idle_timeout,       // no bytes for the stream idle timeout
+  agent_stopped,      // agent shut down while the stream was running
+  evicted,            // connection table full: oldest connections dropped
+  protocol_error,     // framing lost and could not be recovered
+};
+std::string_view to_string(StreamEnd e);
+
+// One SSE event of a stream as seen at this record's vantage.
+struct TimelineEvent {
+  TimestampNs ts_ns = 0;          // syscall exit that moved the event's last byte
+  TimestampNs first_byte_ns = 0;  // syscall exit that moved its first byte
+  std::uint64_t offset = 0;       // body offset of the event
+  std::uint32_t wire_bytes = 0;
+  protocol::EventKind kind = protocol::EventKind::unparsed;
+  bool truncated = false;            // not every byte of the event was captured
+  std::uint64_t syscall_ns = 0;      // duration of the syscall that completed the event
+  std::uint32_t events_in_syscall = 0;  // SSE events completed by that same syscall
+};
+
+struct Stall {
+  std::uint32_t after_event = 0;  // index (in content events) of the event before the gap
+  TimestampNs start_ns = 0;
+  std::uint64_t gap_ns = 0;
+};
+
+struct StreamMetrics {
+  std::optional<std::uint64_t> ttft_ns;  // first token - request end
+  std::optional<std::uint64_t> e2e_ns;   // last event - request end
+  std::uint64_t tokens = 0;
+  std::string token_source;  // "usage" | "events"
+  std::uint32_t content_events = 0;
+  std::uint32_t events = 0;
+  std::optional<double> tokens_per_s;  // streaming token rate (after the first token)
+  std::optional<std::uint64_t> itl_p50_ns, itl_p95_ns, itl_p99_ns, itl_max_ns;
+  std::optional<std::uint64_t> longest_pause_ns;  // == itl_max_ns (named for readers)
+  std::vector<Stall> stalls;
+  std::uint64_t stall_threshold_ns = 0;
+};
+
+struct StreamRecord {
+  ConnIdentity conn;
+  Role role = Role::unknown;
+  std::uint64_t stream_seq = 0;  // per connection: 0 for the first response
+  // Request (absent when the stream was joined mid-way).
+  std::string method, path, model, request_model;
+  std::optional<bool> request_stream;
+  TimestampNs request_start_ns = 0;  // first request byte moved
+  TimestampNs request_end_ns = 0;    // last request byte moved (TTFT origin)
+  // Response.
+  int status = 0;
+  std::string content_type;
+  std::string framing;  // "chunked" | "content_length" | "until_close"
+  protocol::Dialect dialect = protocol::Dialect::unknown;
+  std::string response_id;
+  std::string finish_reason;
+  std::string error_type;
+  TimestampNs response_head_ns = 0;
+  TimestampNs first_event_ns = 0;
+  TimestampNs first_token_ns = 0;
+  TimestampNs last_token_ns = 0;
+  TimestampNs last_event_ns = 0;
+  TimestampNs end_ns = 0;
+  StreamEnd end = StreamEnd::complete;
+  bool joined_midstream = false;  // agent started after the stream did
+  std::uint32_t truncated_events = 0;
+  std::uint64_t bytes_not_captured = 0;  // capture holes inside the body
+  std::uint64_t bytes_lost = 0;          // events the kernel could not deliver
+  std::uint32_t parse_errors = 0;
+  std::uint64_t body_bytes = 0;
+  StreamMetrics metrics;
+  std::vector<TimelineEvent> timeline;  // always kept; rendered only on request
+};
+
+struct PipelineConfig {
+  // A stall is a gap between content events above both the floor and
+  // stall_ratio x the stream's own median ITL.
+  std::uint64_t stall_floor_ns = 100'000'000;
+  double stall_ratio = 4.0;
+  std::uint64_t stream_idle_timeout_ns = 120'000'000'000ull;
+  std::uint64_t conn_idle_timeout_ns = 600'000'000'000ull;
+  std::size_t max_connections = 65536;
+  std::size_t max_timeline_events = 100'000;  // per stream: bounds memory
+  std::size_t request_body_head = 4096;       // bytes of request body read for model/stream
+};
+
+struct PipelineCounters {
+  std::uint64_t records = 0;
+  std::uint64_t decode_errors = 0;
+  std::uint64_t data_events = 0;
+  std::uint64_t state_events = 0;
+  std::uint64_t connections_opened = 0;
+  std::uint64_t connections_closed = 0;
+  std::uint64_t connections_evicted = 0;
+  std::uint64_t connections_muted = 0;
+  std::uint64_t http_parse_errors = 0;
+  std::uint64_t streams_started = 0;
+  std::uint64_t streams_completed = 0;
+  std::uint64_t streams_partial = 0;
+  std::uint64_t non_stream_responses = 0;
+  std::uint64_t sse_events = 0;
+  std::uint64_t bytes_lost = 0;          // sequence gaps (events dropped before userspace)
+  std::uint64_t bytes_not_captured = 0;  // holes between captured head and tail
+};
+
+}  // namespace infertap::core

@@ -1,0 +1,150 @@
+#include "output/ndjson.h"
+
+#include <ctime>
+
+#include <nlohmann/json.hpp>
+
+namespace infertap::output {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::int64_t now_ns(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+double ms(std::uint64_t ns) { return static_cast<double>(ns / 1000) / 1000.0; }  // µs precision
+
+void put_ms(json& j, const char* key, const std::optional<std::uint64_t>& ns) {
+  if (ns) {
+    j[key] = ms(*ns);
+  } else {
+    j[key] = nullptr;
+  }
+}
+
+void put_ns(json& j, const char* key, std::uint64_t ns) {
+  if (ns) {
+    j[key] = ns;
+  } else {
+    j[key] = nullptr;
+  }
+}
+
+}  // namespace
+
+WallClock::WallClock() {
+  // Take the sample with the tightest monotonic bracket: preemption between the
+  // two clock reads would skew the offset.
+  std::int64_t best_span = INT64_MAX;
+  for (int i = 0; i < 5; ++i) {
+    const std::int64_t m0 = now_ns(CLOCK_MONOTONIC);
+    const std::int64_t r = now_ns(CLOCK_REALTIME);
+    const std::int64_t m1 = now_ns(CLOCK_MONOTONIC);
+    if (m1 - m0 < best_span) {
+      best_span = m1 - m0;
+      offset_ns_ = r - (m0 + (m1 - m0) / 2);
+    }
+  }
+}
+
+std::string WallClock::rfc3339(std::uint64_t mono_ns) const {
+  const std::int64_t wall = static_cast<std::int64_t>(mono_ns) + offset_ns_;
+  const std::time_t secs = static_cast<std::time_t>(wall / 1'000'000'000);
+  const long nanos = static_cast<long>(wall % 1'000'000'000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[48];
+  const std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(buf + n, sizeof buf - n, ".%09ldZ", nanos);
+  return buf;
+}
+
+std::string render_stream(const core::StreamRecord& r, const WallClock& clock, const RenderOptions& options) {
+  const core::StreamMetrics& m = r.metrics;
+  const std::uint64_t start_ns = r.request_start_ns ? r.request_start_ns : r.response_head_ns;
+  json j;
+  j["type"] = "stream";
+  j["schema_version"] = kSchemaVersion;
+  j["ts"] = clock.rfc3339(start_ns);
+  j["end_ts"] = clock.rfc3339(r.end_ns);
+  j["host"] = options.host;
+  j["stream_id"] = std::to_string(r.conn.generation) + "-" + std::to_string(r.stream_seq);
+  j["role"] = core::to_string(r.role);
+  j["vantage"] = core::vantage_of(r.role);
+  j["pid"] = r.conn.pid;
+  j["comm"] = r.conn.comm;
+  j["fd"] = r.conn.fd;
+  j["cgroup_id"] = r.conn.cgroup_id;
+  j["cgroup"] = r.conn.cgroup_path;
+  j["local"] = r.conn.local.to_string();
+  j["remote"] = r.conn.remote.to_string();
+  j["method"] = r.method;
+  j["path"] = r.path;
+  j["model"] = r.model;
+  j["status"] = r.status;
+  j["content_type"] = r.content_type;
+  j["framing"] = r.framing;
+  j["dialect"] = protocol::to_string(r.dialect);
+  j["response_id"] = r.response_id;
+  j["finish_reason"] = r.finish_reason;
+  j["error_type"] = r.error_type;
+  j["end"] = core::to_string(r.end);
+  j["joined_midstream"] = r.joined_midstream;
+  put_ns(j, "request_start_ns", r.request_start_ns);
+  put_ns(j, "request_end_ns", r.request_end_ns);
+  put_ns(j, "response_head_ns", r.response_head_ns);
+  put_ns(j, "first_event_ns", r.first_event_ns);
+  put_ns(j, "first_token_ns", r.first_token_ns);
+  put_ns(j, "last_token_ns", r.last_token_ns);
+  put_ns(j, "last_event_ns", r.last_event_ns);
+  put_ns(j, "end_ns", r.end_ns);
+  put_ms(j, "ttft_ms", m.ttft_ns);
+  put_ms(j, "e2e_ms", m.e2e_ns);
+  j["tokens"] = m.tokens;
+  j["token_source"] = m.token_source;
+  j["content_events"] = m.content_events;
+  j["events"] = m.events;
+  if (m.tokens_per_s) {
+    j["tokens_per_s"] = *m.tokens_per_s;
+  } else {
+    j["tokens_per_s"] = nullptr;
+  }
+  put_ms(j, "itl_p50_ms", m.itl_p50_ns);
+  put_ms(j, "itl_p95_ms", m.itl_p95_ns);
+  put_ms(j, "itl_p99_ms", m.itl_p99_ns);
+  put_ms(j, "itl_max_ms", m.itl_max_ns);
+  put_ms(j, "longest_pause_ms", m.longest_pause_ns);
+  j["stall_threshold_ms"] = ms(m.stall_threshold_ns);
+  json stalls = json::array();
+  for (const core::Stall& s : m.stalls) {
+    stalls.push_back(json{{"after_event", s.after_event}, {"start_ns", s.start_ns}, {"gap_ms", ms(s.gap_ns)}});
+  }
+  j["stalls"] = std::move(stalls);
+  j["truncated_events"] = r.truncated_events;
+  j["bytes_not_captured"] = r.bytes_not_captured;
+  j["bytes_lost"] = r.bytes_lost;
+  j["parse_errors"] = r.parse_errors;
+  j["body_bytes"] = r.body_bytes;
+  if (options.timeline) {
+    json timeline = json::array();
+    std::uint32_t index = 0;
+    for (const core::TimelineEvent& e : r.timeline) {
+      timeline.push_back(json{{"i", index++},
+                              {"ts_ns", e.ts_ns},
+                              {"first_byte_ns", e.first_byte_ns},
+                              {"offset", e.offset},
+                              {"bytes", e.wire_bytes},
+                              {"kind", protocol::to_string(e.kind)},
+                              {"truncated", e.truncated},
+                              {"syscall_us", static_cast<double>(e.syscall_ns) / 1000.0},
+                              {"batch", e.events_in_syscall}});
+    }
+    j["timeline"] = std::move(timeline);
+  }
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace infertap::output
