@@ -78,6 +78,7 @@ class Connection {
 
   // The response currently being received/sent on this connection.
   struct ActiveResponse {
+    ActiveResponse() {}  // user-provided: clang needs it to emplace a nested type with member initialisers
     bool is_stream = false;
     StreamRecord record;
     std::optional<protocol::SseParser> sse;

@@ -68,13 +68,13 @@ class HttpMessageSink {
   virtual ~HttpMessageSink() = default;
   virtual void on_request_head(const RequestHead&, TimestampNs) {}
   virtual void on_response_head(const ResponseHead&, TimestampNs) {}
-  virtual void on_body(std::span<const std::uint8_t> bytes, TimestampNs) {}
+  virtual void on_body(std::span<const std::uint8_t> /*bytes*/, TimestampNs) {}
   // n body bytes went by without being captured (exact when the hole was inside
   // chunk data, an upper bound when it also covered framing).
-  virtual void on_body_gap(std::uint64_t n, TimestampNs) {}
+  virtual void on_body_gap(std::uint64_t /*n*/, TimestampNs) {}
   // The message is complete: ts is the time of the piece that held its last byte.
   virtual void on_message_end(TimestampNs) {}
-  virtual void on_error(ParseError, std::string_view detail) {}
+  virtual void on_error(ParseError, std::string_view /*detail*/) {}
 };
 
 // Incremental parser for one direction. Feed pieces in stream order.
@@ -107,9 +107,66 @@ class HttpParser {
  private:
   // Implementation-defined state (no heap allocation per connection beyond
   // small strings).
+  enum class State : std::uint8_t {
+    join,            // nothing parsed yet: first bytes may be a start line or mid-body
+    start,           // between messages
+    head,            // accumulating a request/response head
+    body_length,     // Content-Length body, remaining_ bytes left
+    chunk_size,      // reading a chunk-size line
+    chunk_data,      // inside chunk data, remaining_ bytes left
+    chunk_data_end,  // expecting the CRLF after chunk data
+    trailers,        // trailer section after the last chunk
+    until_close,     // body runs until close()
+    resync_start,    // lost: looking for a start line (or, for responses, a body we can infer)
+    resync_chunk,    // chunk framing lost: looking for a chunk-size line
+    tunnel,          // after 101 Switching Protocols: bytes are not HTTP/1
+    closed,
+  };
+  enum class Verdict : std::uint8_t { need_more, reject, start_line, chunk_line, sse_fields };
+  struct Probe {
+    Verdict verdict = Verdict::reject;
+    std::size_t skip = 0;  // leading CR/LF bytes before the candidate
+    bool event_stream = false;
+  };
+
+  using Byte = std::uint8_t;
+  const Byte* run(const Byte* p, const Byte* end, TimestampNs ts, bool piece_start);
+  const Byte* on_head_bytes(const Byte* p, const Byte* end, TimestampNs ts);
+  const Byte* on_chunk_size_bytes(const Byte* p, const Byte* end, TimestampNs ts);
+  const Byte* on_trailer_bytes(const Byte* p, const Byte* end, TimestampNs ts);
+  const Byte* search(const Byte* p, const Byte* end, TimestampNs ts, bool piece_start);
+  void accept(const Probe& probe, TimestampNs ts);
+  Probe evaluate(std::string_view s, bool mid_piece) const;
+  void parse_head(TimestampNs ts);
+  void parse_chunk_size_line(std::string_view line);
+  void drop(std::uint64_t n, TimestampNs ts);
+  void give_up_join();
+  void end_message(TimestampNs ts);
+  void lose_chunk_framing(ParseError e, std::string_view detail);
+  void lose_sync(ParseError e, std::string_view detail);
+
   Mode mode_;
   HttpMessageSink& sink_;
   std::uint64_t position_ = 0;
+  State state_ = State::join;
+  bool expect_head_response_ = false;
+  bool not_http_reported_ = false;
+  bool start_line_checked_ = false;
+  bool saw_cr_ = false;              // chunk_data_end: CR seen, LF expected
+  bool trailer_line_has_colon_ = false;
+  bool trailer_last_cr_ = false;
+  std::size_t trailer_line_len_ = 0;
+  std::size_t trailer_total_ = 0;
+  std::size_t line_start_ = 0;       // head: offset of the current line in buf_
+  std::uint64_t remaining_ = 0;      // body or chunk bytes left
+  std::uint64_t skipped_ = 0;        // body bytes dropped while resynchronising chunk framing
+  TimestampNs lost_ts_ = 0;          // time of the last byte dropped while resynchronising
+  TimestampNs last_ts_ = 0;          // time of the latest piece or hole
+  const Byte* run_begin_ = nullptr;  // start of the buffer run() is working on
+  std::string buf_;                  // head bytes or a chunk-size line split across pieces
+  std::string probe_;                // start of a piece held while deciding how to resync
+  RequestHead request_;
+  ResponseHead response_;
 };
 
 }  // namespace infertap::protocol

@@ -56,7 +56,43 @@ class SseParser {
 
  private:
   // Implementation-defined state.
+  enum class Mode : std::uint8_t {
+    normal,         // line parsing
+    after_gap,      // first bytes after a hole: a known field starts a new event, else skip_line
+    skip_line,      // discarding the rest of a line whose start was in a hole
+    resync_decide,  // after resync(): a known field starts at once, else skip_event
+    skip_event,     // discarding up to the next empty line
+  };
+  void consume(const char* p, const char* end, TimestampNs ts);
+  const char* decide(const char* p, const char* end, TimestampNs ts, std::uint64_t offset);
+  const char* skip_terminator(const char* p, const char* end);
+  void process_line(std::string_view line);
+  void dispatch(TimestampNs ts, std::uint64_t end_offset);
+  void reset_event();
+
   Callback on_event_;
+  Mode mode_ = Mode::normal;
+  bool in_event_ = false;       // a byte of the current event was seen (or lost in a hole)
+  bool has_data_ = false;       // at least one data line (WHATWG "data buffer non-empty")
+  bool truncated_ = false;
+  bool line_open_ = false;      // line_ holds the start of a line cut by the end of a piece
+  bool pending_cr_ = false;     // last byte was a CR ending a line: a leading LF is its partner
+  bool skip_at_line_start_ = false;
+  std::uint8_t bom_matched_ = 0;
+  bool bom_checked_ = false;
+  std::uint8_t decide_len_ = 0;
+  char decide_buf_[8] = {};
+  std::uint64_t offset_ = 0;        // body bytes seen, holes included
+  std::uint64_t event_offset_ = 0;  // offset of the current event's first byte
+  std::uint64_t hole_offset_ = 0;   // where the latest hole began
+  std::uint64_t decide_offset_ = 0;
+  TimestampNs first_byte_ts_ = 0;
+  TimestampNs gap_ts_ = 0;
+  TimestampNs decide_ts_ = 0;
+  std::string data_;
+  std::string type_;
+  std::string id_;
+  std::string line_;
   std::uint64_t events_ = 0;
   std::uint64_t incomplete_ = 0;
   std::uint64_t discarded_ = 0;

@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Socket helpers shared by infertap's BPF programs: fd -> struct sock
+ * resolution, the TCP test, and filling the socket part of an itap_event.
+ *
+ * Every read is a CO-RE probe read (tracepoint and raw tracepoint programs
+ * cannot dereference kernel pointers directly).
+ */
+#ifndef INFERTAP_ITAP_SOCK_BPF_H
+#define INFERTAP_ITAP_SOCK_BPF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+#include "infertap/abi.h"
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+#ifndef S_IFMT
+#define S_IFMT 00170000
+#endif
+#ifndef S_IFSOCK
+#define S_IFSOCK 0140000
+#endif
+#ifndef EAGAIN
+#define EAGAIN 11
+#endif
+
+/*
+ * fd of the current task -> struct sock, or NULL when the fd is not a socket.
+ * Cost for a non-socket fd: 7 probe reads (task->files->fdt->{max_fds,fd},
+ * fd[i], file->f_inode->i_mode).
+ */
+static __always_inline struct sock *itap_fd_to_sock(int fd)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct files_struct *files;
+	struct fdtable *fdt;
+	struct file **fds;
+	struct file *file = NULL;
+	struct socket *sock;
+	unsigned int max_fds;
+	umode_t mode;
+
+	if (fd < 0)
+		return NULL;
+	files = BPF_CORE_READ(task, files);
+	if (!files)
+		return NULL;
+	fdt = BPF_CORE_READ(files, fdt);
+	if (!fdt)
+		return NULL;
+	max_fds = BPF_CORE_READ(fdt, max_fds);
+	if ((unsigned int)fd >= max_fds)
+		return NULL;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]) || !file)
+		return NULL;
+	mode = BPF_CORE_READ(file, f_inode, i_mode);
+	if ((mode & S_IFMT) != S_IFSOCK)
+		return NULL;
+	sock = BPF_CORE_READ(file, private_data);
+	if (!sock)
+		return NULL;
+	return BPF_CORE_READ(sock, sk);
+}
+
+/* AF_INET/AF_INET6 + SOCK_STREAM + IPPROTO_TCP. */
+static __always_inline bool itap_sock_is_tcp(struct sock *sk)
+{
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+
+	if (family != AF_INET && family != AF_INET6)
+		return false;
+	if (BPF_CORE_READ(sk, sk_type) != SOCK_STREAM)
+		return false;
+	return BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP;
+}
+
+static __always_inline bool itap_sock_port_in(struct sock *sk, void *port_map)
+{
+	__u16 lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	__u16 rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+
+	return bpf_map_lookup_elem(port_map, &lport) || bpf_map_lookup_elem(port_map, &rport);
+}
+
+/* Family, ports (host order), addresses and srtt. */
+static __always_inline void itap_fill_sock(struct itap_event *e, struct sock *sk)
+{
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+
+	e->family = family;
+	e->local_port = BPF_CORE_READ(sk, __sk_common.skc_num);
+	e->remote_port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	if (family == AF_INET6) {
+		BPF_CORE_READ_INTO(&e->local_addr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+		BPF_CORE_READ_INTO(&e->remote_addr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	} else {
+		BPF_CORE_READ_INTO((__u32 *)e->local_addr, sk, __sk_common.skc_rcv_saddr);
+		BPF_CORE_READ_INTO((__u32 *)e->remote_addr, sk, __sk_common.skc_daddr);
+	}
+	e->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
+}
+
+#endif /* INFERTAP_ITAP_SOCK_BPF_H */

@@ -1,0 +1,957 @@
+// sample-server: an OpenAI-compatible / Anthropic-style streaming HTTP/1.1
+// server used as ground truth for infertap integration tests and benchmarks.
+//
+// Every send syscall is logged (NDJSON, in memory, written by a background
+// thread) with CLOCK_MONOTONIC read immediately after the syscall returned.
+// Thread per connection, keep-alive, chunked or close-delimited framing,
+// write/send/sendmsg/writev senders, configurable TTFT/ITL/jitter/pauses.
+//
+// Build: g++ -std=c++20 -O2 -g -Wall -Wextra -pthread userspace/tools/sample_server.cpp -o sample-server
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <array>
+#include <cctype>
+
+#include "tool_common.h"
+
+namespace it = infertap::tools;
+
+namespace {
+
+const char* kUsage = R"(usage: sample-server [options]
+  --host ADDR            listen address (default 127.0.0.1)
+  --port N               listen port; 0 = ephemeral (default 8000). First stdout line: "listening <port>"
+  --model NAME           model name when the request has none (default infertap-sample)
+  --framing chunked|close  streaming response framing (default chunked)
+  --sender write|send|sendmsg|writev|mixed  send syscall (default write; mixed rotates per syscall)
+  --ttft-ms MS           delay before the first content event (default 20)
+  --itl-ms MS            gap between content events (default 10)
+  --jitter-ms MS         uniform +/- jitter added to ttft and every gap (default 0)
+  --tokens N             content events per response unless the request sets max_tokens (default 16)
+  --pause-after K        inject one pause after the K-th content event (1-based; default off)
+  --pause-ms MS          length of that pause (default 0)
+  --events-per-write K   coalesce K SSE events into one send syscall (default 1)
+  --slow-factor F        itl multiplier while slow mode is on (SIGUSR1 toggles; default 2.0)
+  --usage                always send the usage chunk (else only with stream_options.include_usage)
+  --log FILE             NDJSON log, one line per send syscall (+ request lines)
+  --exit-after N         exit after N streaming responses completed
+  --max-conns N          concurrent connections before answering 503 (default 4096)
+  --grace-ms MS          on SIGTERM/SIGINT wait up to MS for open streams to finish (default 0)
+  --no-nodelay           do not set TCP_NODELAY on accepted sockets
+  --seed N               PRNG seed for ids and jitter (default: random)
+Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages, GET /health, GET /v1/models.
+Signals: SIGUSR1 toggles slow mode; SIGTERM/SIGINT flush the log and exit 0.
+)";
+
+enum class Framing { chunked, close };
+enum class Sender { write, send, sendmsg, writev, mixed };
+const char* sender_name(Sender s) {
+  switch (s) {
+    case Sender::write: return "write";
+    case Sender::send: return "send";
+    case Sender::sendmsg: return "sendmsg";
+    case Sender::writev: return "writev";
+    case Sender::mixed: return "mixed";
+  }
+  return "?";
+}
+
+struct Config {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string model = "infertap-sample";
+  Framing framing = Framing::chunked;
+  Sender sender = Sender::write;
+  double ttft_ms = 20, itl_ms = 10, jitter_ms = 0;
+  std::int64_t tokens = 16;
+  std::int64_t pause_after = 0;
+  double pause_ms = 0;
+  std::int64_t events_per_write = 1;
+  double slow_factor = 2.0;
+  bool usage = false;
+  std::string log_path;
+  std::int64_t exit_after = 0;
+  std::int64_t max_conns = 4096;
+  double grace_ms = 0;
+  bool nodelay = true;
+  std::uint64_t seed = 0;
+};
+
+Config g_cfg;
+it::NdjsonLog g_log;
+std::atomic<bool> g_slow{false};
+std::atomic<bool> g_stopping{false};
+std::atomic<std::int64_t> g_streams_done{0};
+std::atomic<std::int64_t> g_streams_active{0};
+std::atomic<std::int64_t> g_conns_active{0};
+std::atomic<std::uint64_t> g_conn_seq{0};
+std::atomic<std::uint64_t> g_requests{0};
+std::atomic<std::uint64_t> g_send_errors{0};
+int g_listen_fd = -1;
+std::mutex g_exit_mu;
+std::condition_variable g_exit_cv;
+
+// Raw token texts (JSON-escaped when emitted): includes a newline and quotes so
+// parsers see escapes.
+const std::array<const char*, 32> kTokens = {
+    " The",     " quick",   " brown",  " fox",       " jumps",  " over",    " the",     " lazy",
+    " dog",     ".",        " Stream", "ing",        " tokens", " arrive",  " one",     " by",
+    " one",     ",",        " each",   " in",        " its",    " own",     " server",  "-sent",
+    " event",   ".\n",      " \"",     "Quoted",     "\"",      " words",   " and",     " more"};
+
+// JSON-escaped text of token i.
+std::string token_text(std::int64_t i) {
+  std::string s;
+  it::append_json_escaped(s, kTokens[std::size_t(i) % kTokens.size()]);
+  return s;
+}
+// JSON-escaped text of the whole completion (non-streaming responses).
+std::string completion_text(std::int64_t n) {
+  std::string raw;
+  for (std::int64_t i = 0; i < n; ++i) raw += kTokens[std::size_t(i) % kTokens.size()];
+  std::string s;
+  it::append_json_escaped(s, raw);
+  return s;
+}
+
+struct Request {
+  std::string method, path, version;
+  std::string body;
+  bool keep_alive = true;
+  bool expect_continue = false;
+  std::int64_t content_length = 0;
+  bool chunked_body = false;
+};
+
+struct Conn {
+  int fd = -1;
+  std::uint64_t id = 0;
+  int peer_port = 0;
+  int tid = 0;
+  std::uint64_t offset = 0;  // bytes sent on this connection so far
+  std::uint64_t req = 0;     // request number on this connection (0-based)
+  unsigned rot = 0;          // mixed-sender rotation
+  it::FastRng rng{1};
+  std::string line;  // log line scratch
+  std::string inbuf;
+};
+
+std::string random_id(it::FastRng& rng, std::size_t n) {
+  static const char kAlnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string s;
+  s.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) s += kAlnum[rng.next() % 62];
+  return s;
+}
+
+// A wire buffer plus its iovec segmentation (offsets into the buffer).
+struct Wire {
+  std::string data;
+  std::vector<std::pair<std::size_t, std::size_t>> segs;  // (offset, len)
+  void add(std::string_view s) {
+    if (s.empty()) return;
+    segs.emplace_back(data.size(), s.size());
+    data.append(s);
+  }
+  void clear() {
+    data.clear();
+    segs.clear();
+  }
+};
+
+struct SendInfo {
+  std::int64_t event_index = -1;
+  std::int64_t first_event_index = -1;
+  std::int64_t events = 0;
+  std::string_view kind;
+};
+
+void log_send(Conn& c, const SendInfo& si, std::int64_t ts, std::size_t bytes, const char* sender, int err) {
+  if (!g_log.enabled()) return;
+  std::string& l = c.line;
+  l.clear();
+  l += "{\"type\":\"send\",\"conn\":";
+  it::append_int(l, c.id);
+  l += ",\"req\":";
+  it::append_int(l, c.req);
+  l += ",\"event_index\":";
+  it::append_int(l, si.event_index);
+  l += ",\"kind\":\"";
+  l += si.kind;
+  l += "\",\"mono_ns\":";
+  it::append_int(l, ts);
+  l += ",\"bytes\":";
+  it::append_int(l, bytes);
+  l += ",\"offset\":";
+  it::append_int(l, c.offset);
+  l += ",\"fd\":";
+  it::append_int(l, c.fd);
+  if (si.events > 1) {
+    l += ",\"events\":";
+    it::append_int(l, si.events);
+    l += ",\"first_event_index\":";
+    it::append_int(l, si.first_event_index);
+  }
+  l += ",\"sender\":\"";
+  l += sender;
+  l += "\",\"peer_port\":";
+  it::append_int(l, c.peer_port);
+  l += ",\"tid\":";
+  it::append_int(l, c.tid);
+  if (err) {
+    l += ",\"error\":";
+    it::append_json_string(l, std::strerror(err));
+  }
+  l += '}';
+  g_log.append(l);
+}
+
+// Send the whole wire buffer; one log line per syscall (partial sends continue
+// with the remaining iovecs). Returns the monotonic time after the last
+// syscall, or -1 on error.
+std::int64_t send_wire(Conn& c, const Wire& w, const SendInfo& si) {
+  Sender s = g_cfg.sender;
+  if (s == Sender::mixed) {
+    static const Sender kRot[] = {Sender::write, Sender::send, Sender::sendmsg, Sender::writev};
+    s = kRot[c.rot++ % 4];
+  }
+  const char* sname = sender_name(s);
+  std::size_t done = 0, total = w.data.size();
+  std::int64_t ts = -1;
+  iovec iov[IOV_MAX > 1024 ? 1024 : IOV_MAX];
+  while (done < total) {
+    ssize_t n;
+    if (s == Sender::write) {
+      n = ::write(c.fd, w.data.data() + done, total - done);
+    } else if (s == Sender::send) {
+      n = ::send(c.fd, w.data.data() + done, total - done, MSG_NOSIGNAL);
+    } else {
+      // Build iovecs for the remaining segments.
+      int cnt = 0;
+      for (auto [off, len] : w.segs) {
+        if (off + len <= done) continue;
+        std::size_t skip = done > off ? done - off : 0;
+        iov[cnt].iov_base = const_cast<char*>(w.data.data() + off + skip);
+        iov[cnt].iov_len = len - skip;
+        if (++cnt == int(sizeof iov / sizeof iov[0])) break;
+      }
+      if (s == Sender::writev) {
+        n = ::writev(c.fd, iov, cnt);
+      } else {
+        msghdr mh{};
+        mh.msg_iov = iov;
+        mh.msg_iovlen = std::size_t(cnt);
+        n = ::sendmsg(c.fd, &mh, MSG_NOSIGNAL);
+      }
+    }
+    ts = it::mono_ns();  // immediately after the syscall returned
+    if (n < 0) {
+      int e = errno;
+      if (e == EINTR) continue;
+      log_send(c, si, ts, 0, sname, e);
+      g_send_errors.fetch_add(1, std::memory_order_relaxed);
+      return -1;
+    }
+    done += std::size_t(n);
+    c.offset += std::uint64_t(n);
+    log_send(c, si, ts, std::size_t(n), sname, 0);
+  }
+  return ts;
+}
+
+std::int64_t ms_to_ns(double ms) { return ms <= 0 ? 0 : std::int64_t(ms * 1e6); }
+
+std::int64_t jittered_ns(Conn& c, double base_ms) {
+  double ms = base_ms;
+  if (g_cfg.jitter_ms > 0) ms += (c.rng.uniform() * 2.0 - 1.0) * g_cfg.jitter_ms;
+  return ms_to_ns(ms);
+}
+
+std::int64_t itl_ns(Conn& c) {
+  double base = g_cfg.itl_ms;
+  if (g_slow.load(std::memory_order_relaxed)) base *= g_cfg.slow_factor;
+  return jittered_ns(c, base);
+}
+
+// Paces and frames SSE events, coalescing events_per_write of them per syscall.
+class Emitter {
+ public:
+  Emitter(Conn& c, bool chunked) : c_(c), chunked_(chunked) {}
+
+  // Emit one SSE event (complete text incl. trailing blank line) after waiting
+  // gap_ns since the previous event was produced.
+  bool emit(std::string_view kind, const std::string& event, std::int64_t gap_ns) {
+    std::int64_t produced;
+    if (gap_ns > 0) {
+      // Pace on the ideal schedule (no drift from wake-up latency) unless we
+      // are far behind it (e.g. a send blocked on a slow reader).
+      std::int64_t target = last_ + gap_ns;
+      it::sleep_until_ns(target);
+      std::int64_t now = it::mono_ns();
+      produced = now - target < kLateNs ? target : now;
+    } else {
+      produced = it::mono_ns();
+    }
+    if (pending_ == 0) {
+      first_index_ = index_;
+      wire_.clear();
+    }
+    if (chunked_) {
+      char hdr[32];
+      int n = std::snprintf(hdr, sizeof hdr, "%zx\r\n", event.size());
+      wire_.add(std::string_view(hdr, std::size_t(n)));
+      wire_.add(event);
+      wire_.add("\r\n");
+    } else {
+      // Close-delimited: split the terminating blank line into its own iovec.
+      std::size_t body = event.size() >= 2 ? event.size() - 2 : event.size();
+      wire_.add(std::string_view(event).substr(0, body));
+      wire_.add(std::string_view(event).substr(body));
+    }
+    kind_ = kind;
+    ++pending_;
+    ++index_;
+    last_ = produced;
+    if (pending_ >= g_cfg.events_per_write) return flush();
+    return true;
+  }
+
+  bool flush() {
+    if (pending_ == 0) return true;
+    SendInfo si;
+    si.event_index = index_ - 1;
+    si.first_event_index = first_index_;
+    si.events = pending_;
+    si.kind = kind_;
+    pending_ = 0;
+    std::int64_t ts = send_wire(c_, wire_, si);
+    if (ts < 0) return false;
+    if (ts - last_ >= kLateNs) last_ = ts;  // the send blocked: restart the schedule from now
+    return true;
+  }
+
+  void set_last(std::int64_t ts) { last_ = ts; }
+
+ private:
+  static constexpr std::int64_t kLateNs = 2'000'000;
+
+  Conn& c_;
+  bool chunked_;
+  Wire wire_;
+  std::int64_t pending_ = 0, index_ = 0, first_index_ = 0;
+  std::string kind_;
+  std::int64_t last_ = 0;
+};
+
+enum class Api { chat, completions, anthropic };
+
+struct StreamParams {
+  Api api;
+  std::string model;
+  std::int64_t n_tokens;
+  bool include_usage;
+  std::int64_t prompt_tokens;
+};
+
+std::string openai_chunk_prefix(const std::string& id, const char* object, std::int64_t created,
+                                const std::string& model) {
+  std::string s = "data: {\"id\":\"";
+  s += id;
+  s += "\",\"object\":\"";
+  s += object;
+  s += "\",\"created\":";
+  it::append_int(s, created);
+  s += ",\"model\":";
+  it::append_json_string(s, model);
+  s += ",\"system_fingerprint\":\"fp_infertap\",\"choices\":";
+  return s;
+}
+
+bool stream_openai(Conn& c, Emitter& em, const StreamParams& p) {
+  const bool chat = p.api == Api::chat;
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + random_id(c.rng, 29);
+  const std::string prefix =
+      openai_chunk_prefix(id, chat ? "chat.completion.chunk" : "text_completion", it::unix_seconds(), p.model);
+  std::string ev;
+  auto choice = [&](std::string_view inner, std::string_view finish) {
+    ev = prefix;
+    ev += "[{\"index\":0,";
+    ev += inner;
+    ev += ",\"logprobs\":null,\"finish_reason\":";
+    ev += finish;
+    ev += "}]}\n\n";
+  };
+  if (chat) {
+    choice("\"delta\":{\"role\":\"assistant\",\"content\":\"\"}", "null");
+    if (!em.emit("role", ev, 0)) return false;
+  }
+  for (std::int64_t i = 0; i < p.n_tokens; ++i) {
+    std::string inner = chat ? "\"delta\":{\"content\":\"" : "\"text\":\"";
+    inner += token_text(i);
+    inner += chat ? "\"}" : "\"";
+    choice(inner, "null");
+    std::int64_t gap = i == 0 ? jittered_ns(c, g_cfg.ttft_ms) : itl_ns(c);
+    if (g_cfg.pause_after > 0 && i == g_cfg.pause_after) gap += ms_to_ns(g_cfg.pause_ms);
+    if (!em.emit("content", ev, gap)) return false;
+  }
+  std::int64_t fin_gap =
+      (g_cfg.pause_after > 0 && g_cfg.pause_after >= p.n_tokens) ? ms_to_ns(g_cfg.pause_ms) : 0;
+  choice(chat ? "\"delta\":{}" : "\"text\":\"\"", "\"stop\"");
+  if (!em.emit("finish", ev, fin_gap)) return false;
+  if (p.include_usage) {
+    ev = prefix;
+    ev += "[],\"usage\":{\"prompt_tokens\":";
+    it::append_int(ev, p.prompt_tokens);
+    ev += ",\"completion_tokens\":";
+    it::append_int(ev, p.n_tokens);
+    ev += ",\"total_tokens\":";
+    it::append_int(ev, p.prompt_tokens + p.n_tokens);
+    ev += "}}\n\n";
+    if (!em.emit("usage", ev, 0)) return false;
+  }
+  return em.emit("done", "data: [DONE]\n\n", 0);
+}
+
+std::string anthropic_event(std::string_view type, std::string_view data_json) {
+  std::string s = "event: ";
+  s += type;
+  s += "\ndata: ";
+  s += data_json;
+  s += "\n\n";
+  return s;
+}
+
+bool stream_anthropic(Conn& c, Emitter& em, const StreamParams& p) {
+  const std::string id = "msg_" + random_id(c.rng, 24);
+  std::string d = "{\"type\":\"message_start\",\"message\":{\"id\":\"" + id +
+                  "\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":";
+  it::append_json_string(d, p.model);
+  d += ",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":";
+  it::append_int(d, p.prompt_tokens);
+  d += ",\"output_tokens\":1}}}";
+  if (!em.emit("anthropic:message_start", anthropic_event("message_start", d), 0)) return false;
+  if (!em.emit("anthropic:content_block_start",
+               anthropic_event("content_block_start",
+                               "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\","
+                               "\"text\":\"\"}}"),
+               0))
+    return false;
+  if (!em.emit("anthropic:ping", anthropic_event("ping", "{\"type\": \"ping\"}"), 0)) return false;
+  for (std::int64_t i = 0; i < p.n_tokens; ++i) {
+    d = "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"";
+    d += token_text(i);
+    d += "\"}}";
+    std::int64_t gap = i == 0 ? jittered_ns(c, g_cfg.ttft_ms) : itl_ns(c);
+    if (g_cfg.pause_after > 0 && i == g_cfg.pause_after) gap += ms_to_ns(g_cfg.pause_ms);
+    if (!em.emit("anthropic:content_block_delta", anthropic_event("content_block_delta", d), gap)) return false;
+  }
+  std::int64_t fin_gap =
+      (g_cfg.pause_after > 0 && g_cfg.pause_after >= p.n_tokens) ? ms_to_ns(g_cfg.pause_ms) : 0;
+  if (!em.emit("anthropic:content_block_stop",
+               anthropic_event("content_block_stop", "{\"type\":\"content_block_stop\",\"index\":0}"), fin_gap))
+    return false;
+  d = "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{"
+      "\"output_tokens\":";
+  it::append_int(d, p.n_tokens);
+  d += "}}";
+  if (!em.emit("anthropic:message_delta", anthropic_event("message_delta", d), 0)) return false;
+  return em.emit("anthropic:message_stop", anthropic_event("message_stop", "{\"type\":\"message_stop\"}"), 0);
+}
+
+// Plain (Content-Length) response in one send syscall.
+bool send_plain(Conn& c, int status, const char* reason, const std::string& body, bool keep_alive,
+                std::string_view kind = "response") {
+  std::string h = "HTTP/1.1 ";
+  it::append_int(h, status);
+  h += ' ';
+  h += reason;
+  h += "\r\nContent-Type: application/json\r\nContent-Length: ";
+  it::append_int(h, body.size());
+  h += keep_alive ? "\r\nConnection: keep-alive\r\n\r\n" : "\r\nConnection: close\r\n\r\n";
+  Wire w;
+  w.add(h);
+  w.add(body);
+  SendInfo si;
+  si.kind = kind;
+  return send_wire(c, w, si) >= 0;
+}
+
+bool serve_nonstream(Conn& c, const StreamParams& p, bool keep_alive) {
+  // Simulate generation time, then answer at once.
+  std::int64_t wait = p.n_tokens > 0 ? jittered_ns(c, g_cfg.ttft_ms) : 0;
+  for (std::int64_t i = 1; i < p.n_tokens; ++i) wait += itl_ns(c);
+  it::sleep_ns(wait);
+  std::string text = completion_text(p.n_tokens);  // escaped already
+  std::string b;
+  std::int64_t created = it::unix_seconds();
+  if (p.api == Api::anthropic) {
+    b = "{\"id\":\"msg_" + random_id(c.rng, 24) + "\",\"type\":\"message\",\"role\":\"assistant\",\"model\":";
+    it::append_json_string(b, p.model);
+    b += ",\"content\":[{\"type\":\"text\",\"text\":\"" + text +
+         "\"}],\"stop_reason\":\"end_turn\",\"stop_sequence\":null,\"usage\":{\"input_tokens\":";
+    it::append_int(b, p.prompt_tokens);
+    b += ",\"output_tokens\":";
+    it::append_int(b, p.n_tokens);
+    b += "}}";
+  } else {
+    const bool chat = p.api == Api::chat;
+    b = std::string("{\"id\":\"") + (chat ? "chatcmpl-" : "cmpl-") + random_id(c.rng, 29) + "\",\"object\":\"" +
+        (chat ? "chat.completion" : "text_completion") + "\",\"created\":";
+    it::append_int(b, created);
+    b += ",\"model\":";
+    it::append_json_string(b, p.model);
+    b += ",\"system_fingerprint\":\"fp_infertap\",\"choices\":[{\"index\":0,";
+    if (chat)
+      b += "\"message\":{\"role\":\"assistant\",\"content\":\"" + text + "\"}";
+    else
+      b += "\"text\":\"" + text + "\"";
+    b += ",\"logprobs\":null,\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":";
+    it::append_int(b, p.prompt_tokens);
+    b += ",\"completion_tokens\":";
+    it::append_int(b, p.n_tokens);
+    b += ",\"total_tokens\":";
+    it::append_int(b, p.prompt_tokens + p.n_tokens);
+    b += "}}";
+  }
+  return send_plain(c, 200, "OK", b, keep_alive);
+}
+
+// Returns false when the connection must be closed afterwards.
+bool serve_stream(Conn& c, const StreamParams& p, bool keep_alive, bool& ok) {
+  const bool chunked = g_cfg.framing == Framing::chunked;
+  if (!chunked) keep_alive = false;
+  g_streams_active.fetch_add(1);
+  std::string h = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n";
+  if (p.api == Api::anthropic) h += "request-id: req_" + random_id(c.rng, 24) + "\r\n";
+  else h += "x-request-id: " + random_id(c.rng, 32) + "\r\n";
+  h += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
+  if (chunked) h += "Transfer-Encoding: chunked\r\n";
+  h += "\r\n";
+  Wire w;
+  w.add(h);
+  SendInfo si;
+  si.kind = "head";
+  std::int64_t ts = send_wire(c, w, si);
+  ok = ts >= 0;
+  if (ok) {
+    Emitter em(c, chunked);
+    em.set_last(ts);
+    ok = p.api == Api::anthropic ? stream_anthropic(c, em, p) : stream_openai(c, em, p);
+    if (ok) ok = em.flush();
+    if (ok && chunked) {
+      Wire end;
+      end.add("0\r\n\r\n");
+      SendInfo esi;
+      esi.kind = "end";
+      ok = send_wire(c, end, esi) >= 0;
+    }
+  }
+  if (ok && !keep_alive) ::shutdown(c.fd, SHUT_WR);
+  g_streams_active.fetch_sub(1);
+  if (ok) {
+    std::int64_t n = g_streams_done.fetch_add(1) + 1;
+    if (g_cfg.exit_after > 0 && n >= g_cfg.exit_after) {
+      std::lock_guard<std::mutex> lk(g_exit_mu);
+      g_exit_cv.notify_all();
+    }
+  }
+  return ok && keep_alive;
+}
+
+std::string lower(std::string_view s) {
+  std::string r(s);
+  for (char& ch : r) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return r;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+// Read one request (head + Content-Length body). Returns 0 ok, 1 clean EOF,
+// -1 error, 400/413/501 for a bad request.
+int read_request(Conn& c, Request& r, std::int64_t& ts_done) {
+  char buf[65536];
+  std::size_t head_end;
+  for (;;) {
+    head_end = c.inbuf.find("\r\n\r\n");
+    if (head_end != std::string::npos) break;
+    if (c.inbuf.size() > 65536) return 413;
+    ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return (n == 0 && c.inbuf.empty()) ? 1 : -1;
+    c.inbuf.append(buf, std::size_t(n));
+  }
+  std::string_view head(c.inbuf.data(), head_end);
+  std::size_t eol = head.find("\r\n");
+  std::string_view line = head.substr(0, eol);
+  std::size_t sp1 = line.find(' ');
+  std::size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp2 == std::string_view::npos) return 400;
+  r.method = line.substr(0, sp1);
+  r.path = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  r.version = line.substr(sp2 + 1);
+  r.keep_alive = r.version != "HTTP/1.0";
+  std::size_t pos = eol == std::string_view::npos ? head.size() : eol + 2;
+  while (pos < head.size()) {
+    std::size_t e = head.find("\r\n", pos);
+    if (e == std::string_view::npos) e = head.size();
+    std::string_view h = head.substr(pos, e - pos);
+    pos = e + 2;
+    std::size_t colon = h.find(':');
+    if (colon == std::string_view::npos) continue;
+    std::string name = lower(trim(h.substr(0, colon)));
+    std::string_view value = trim(h.substr(colon + 1));
+    if (name == "content-length") {
+      auto res = std::from_chars(value.data(), value.data() + value.size(), r.content_length);
+      if (res.ec != std::errc() || r.content_length < 0) return 400;
+    } else if (name == "connection") {
+      std::string v = lower(value);
+      if (v.find("close") != std::string::npos) r.keep_alive = false;
+      if (v.find("keep-alive") != std::string::npos) r.keep_alive = true;
+    } else if (name == "expect") {
+      r.expect_continue = lower(value) == "100-continue";
+    } else if (name == "transfer-encoding") {
+      if (lower(value).find("chunked") != std::string::npos) r.chunked_body = true;
+    }
+  }
+  if (r.chunked_body) return 501;
+  if (r.content_length > (64 << 20)) return 413;
+  std::size_t need = head_end + 4 + std::size_t(r.content_length);
+  if (r.expect_continue && c.inbuf.size() < need) {
+    Wire w;
+    w.add("HTTP/1.1 100 Continue\r\n\r\n");
+    SendInfo si;
+    si.kind = "continue";
+    if (send_wire(c, w, si) < 0) return -1;
+  }
+  while (c.inbuf.size() < need) {
+    ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    c.inbuf.append(buf, std::size_t(n));
+  }
+  ts_done = it::mono_ns();
+  r.body = c.inbuf.substr(head_end + 4, std::size_t(r.content_length));
+  c.inbuf.erase(0, need);
+  return 0;
+}
+
+void log_request(Conn& c, const Request& r, std::int64_t ts, const StreamParams* p, bool stream) {
+  if (!g_log.enabled()) return;
+  std::string& l = c.line;
+  l = "{\"type\":\"request\",\"conn\":";
+  it::append_int(l, c.id);
+  l += ",\"req\":";
+  it::append_int(l, c.req);
+  l += ",\"mono_ns\":";
+  it::append_int(l, ts);
+  l += ",\"method\":";
+  it::append_json_string(l, r.method);
+  l += ",\"path\":";
+  it::append_json_string(l, r.path);
+  l += ",\"body_bytes\":";
+  it::append_int(l, r.body.size());
+  if (p) {
+    l += ",\"model\":";
+    it::append_json_string(l, p->model);
+    l += ",\"stream\":";
+    l += stream ? "true" : "false";
+    l += ",\"tokens\":";
+    it::append_int(l, p->n_tokens);
+  }
+  l += ",\"fd\":";
+  it::append_int(l, c.fd);
+  l += ",\"peer_port\":";
+  it::append_int(l, c.peer_port);
+  l += '}';
+  g_log.append(l);
+}
+
+void serve_connection(Conn& c) {
+  for (;;) {
+    Request r;
+    std::int64_t ts = 0;
+    int rc = read_request(c, r, ts);
+    if (rc == 1 || rc == -1) return;
+    if (rc != 0) {
+      const char* reason = rc == 400 ? "Bad Request" : rc == 413 ? "Payload Too Large" : "Not Implemented";
+      send_plain(c, rc, reason, "{\"error\":{\"message\":\"bad request\",\"type\":\"invalid_request_error\"}}", false,
+                 "error");
+      return;
+    }
+    g_requests.fetch_add(1, std::memory_order_relaxed);
+    std::string path = r.path.substr(0, r.path.find('?'));
+    bool keep_alive = r.keep_alive && !g_stopping.load();
+    bool stay = keep_alive;
+    Api api;
+    bool known = true;
+    if (path == "/v1/chat/completions" || path == "/chat/completions") api = Api::chat;
+    else if (path == "/v1/completions" || path == "/completions") api = Api::completions;
+    else if (path == "/v1/messages") api = Api::anthropic;
+    else known = false;
+
+    if (known && r.method == "POST") {
+      StreamParams p;
+      p.api = api;
+      p.model = it::json_get_string(r.body, "model").value_or(g_cfg.model);
+      if (p.model.empty()) p.model = g_cfg.model;
+      bool stream = it::json_get_bool(r.body, "stream").value_or(false);
+      auto mt = it::json_get_int(r.body, "max_tokens");
+      if (!mt) mt = it::json_get_int(r.body, "max_completion_tokens");
+      p.n_tokens = std::clamp<std::int64_t>(mt.value_or(g_cfg.tokens), 0, 10'000'000);
+      p.include_usage = g_cfg.usage || it::json_get_bool(r.body, "include_usage").value_or(false);
+      p.prompt_tokens = std::max<std::int64_t>(1, std::int64_t(r.body.size() / 4));
+      log_request(c, r, ts, &p, stream);
+      if (stream) {
+        bool ok = false;
+        stay = serve_stream(c, p, keep_alive, ok);
+      } else {
+        stay = serve_nonstream(c, p, keep_alive) && keep_alive;
+      }
+    } else {
+      log_request(c, r, ts, nullptr, false);
+      if (r.method == "GET" && (path == "/health" || path == "/healthz")) {
+        stay = send_plain(c, 200, "OK", "{\"status\":\"ok\"}", keep_alive) && keep_alive;
+      } else if (r.method == "GET" && path == "/v1/models") {
+        std::string b = "{\"object\":\"list\",\"data\":[{\"id\":";
+        it::append_json_string(b, g_cfg.model);
+        b += ",\"object\":\"model\",\"created\":0,\"owned_by\":\"infertap\"}]}";
+        stay = send_plain(c, 200, "OK", b, keep_alive) && keep_alive;
+      } else if (known) {
+        stay = send_plain(c, 405, "Method Not Allowed",
+                          "{\"error\":{\"message\":\"method not allowed\",\"type\":\"invalid_request_error\"}}",
+                          keep_alive) &&
+               keep_alive;
+      } else {
+        stay = send_plain(c, 404, "Not Found",
+                          "{\"error\":{\"message\":\"not found\",\"type\":\"invalid_request_error\"}}", keep_alive) &&
+               keep_alive;
+      }
+    }
+    ++c.req;
+    if (!stay) return;
+  }
+}
+
+// Lingering close: after our FIN, wait briefly for the peer's so unread
+// request bytes never turn the close into an RST that truncates the response.
+void linger_close(int fd) {
+  ::shutdown(fd, SHUT_WR);
+  char buf[4096];
+  std::int64_t deadline = it::mono_ns() + 1'000'000'000;
+  for (;;) {
+    std::int64_t left_ms = (deadline - it::mono_ns()) / 1'000'000;
+    if (left_ms <= 0) break;
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, int(left_ms)) <= 0) break;
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+  }
+  ::close(fd);
+}
+
+void* conn_thread(void* arg) {
+  Conn* c = static_cast<Conn*>(arg);
+  c->tid = it::current_tid();
+  serve_connection(*c);
+  linger_close(c->fd);
+  delete c;
+  g_conns_active.fetch_sub(1);
+  return nullptr;
+}
+
+int open_listener(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string port_s = std::to_string(port);
+  int rc = getaddrinfo(host.c_str(), port_s.c_str(), &hints, &res);
+  if (rc != 0) {
+    std::fprintf(stderr, "getaddrinfo %s: %s\n", host.c_str(), gai_strerror(rc));
+    return -1;
+  }
+  int fd = -1;
+  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 4096) == 0) break;
+    ::close(fd);
+    fd = -1;
+  }
+  if (fd < 0) std::fprintf(stderr, "cannot listen on %s:%d: %s\n", host.c_str(), port, std::strerror(errno));
+  freeaddrinfo(res);
+  return fd;
+}
+
+int local_port(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return -1;
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+}
+
+int port_of(const sockaddr_storage& ss) {
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&ss)->sin_port);
+  if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_port);
+  return 0;
+}
+
+[[noreturn]] void finish_and_exit(int code, const char* why) {
+  g_log.close();
+  std::fprintf(stderr, "sample-server: %s: conns=%llu requests=%llu streams=%lld send_errors=%llu\n", why,
+               (unsigned long long)g_conn_seq.load(), (unsigned long long)g_requests.load(),
+               (long long)g_streams_done.load(), (unsigned long long)g_send_errors.load());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(code);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  it::Args a(kUsage);
+  for (const char* o : {"host", "port", "model", "framing", "sender", "ttft-ms", "itl-ms", "jitter-ms", "tokens",
+                        "pause-after", "pause-ms", "events-per-write", "slow-factor", "log", "exit-after",
+                        "max-conns", "grace-ms", "seed"})
+    a.option(o);
+  a.flag("usage");
+  a.flag("no-nodelay");
+  if (!a.parse(argc, argv)) return 2;
+  Config& c = g_cfg;
+  c.host = a.str("host", c.host);
+  c.port = int(a.integer("port", c.port));
+  c.model = a.str("model", c.model);
+  c.framing = a.choice("framing", "chunked", {"chunked", "close"}) == "close" ? Framing::close : Framing::chunked;
+  std::string s = a.choice("sender", "write", {"write", "send", "sendmsg", "writev", "mixed"});
+  c.sender = s == "write"     ? Sender::write
+             : s == "send"    ? Sender::send
+             : s == "sendmsg" ? Sender::sendmsg
+             : s == "writev"  ? Sender::writev
+                              : Sender::mixed;
+  c.ttft_ms = a.number("ttft-ms", c.ttft_ms);
+  c.itl_ms = a.number("itl-ms", c.itl_ms);
+  c.jitter_ms = a.number("jitter-ms", c.jitter_ms);
+  c.tokens = a.integer("tokens", c.tokens);
+  c.pause_after = a.integer("pause-after", c.pause_after);
+  c.pause_ms = a.number("pause-ms", c.pause_ms);
+  c.events_per_write = std::max<std::int64_t>(1, a.integer("events-per-write", c.events_per_write));
+  c.slow_factor = a.number("slow-factor", c.slow_factor);
+  c.usage = a.has("usage");
+  c.log_path = a.str("log", "");
+  c.exit_after = a.integer("exit-after", 0);
+  c.max_conns = a.integer("max-conns", c.max_conns);
+  c.grace_ms = a.number("grace-ms", 0);
+  c.nodelay = !a.has("no-nodelay");
+  c.seed = a.has("seed") ? std::uint64_t(a.integer("seed", 0)) : it::seed_from_entropy();
+  if (c.port < 0 || c.port > 65535) {
+    std::fprintf(stderr, "bad --port\n");
+    return 2;
+  }
+
+  it::raise_nofile_limit();
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // precise sleeps for ttft/itl pacing
+  sigset_t sigs = it::block_control_signals();
+  if (!g_log.open(c.log_path)) return 1;
+  g_listen_fd = open_listener(c.host, c.port);
+  if (g_listen_fd < 0) return 1;
+  std::printf("listening %d\n", local_port(g_listen_fd));
+  std::fflush(stdout);
+
+  it::start_signal_thread(sigs, [](int sig) {
+    if (sig == SIGUSR1) {
+      bool now = !g_slow.load();
+      g_slow.store(now);
+      std::fprintf(stderr, "sample-server: slow mode %s (itl x%.2f)\n", now ? "on" : "off", g_cfg.slow_factor);
+      return;
+    }
+    if (sig == SIGUSR2 || sig == SIGHUP) {  // flush the log without exiting
+      g_log.flush();
+      return;
+    }
+    g_stopping.store(true);
+    ::shutdown(g_listen_fd, SHUT_RDWR);  // wakes accept()
+    std::lock_guard<std::mutex> lk(g_exit_mu);
+    g_exit_cv.notify_all();
+  });
+
+  if (c.exit_after > 0) {
+    std::thread([] {
+      std::unique_lock<std::mutex> lk(g_exit_mu);
+      g_exit_cv.wait(lk, [] { return g_streams_done.load() >= g_cfg.exit_after || g_stopping.load(); });
+      if (g_stopping.load()) return;  // SIGTERM path handles exit
+      lk.unlock();
+      finish_and_exit(0, "exit-after reached");
+    }).detach();
+  }
+
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 512 * 1024);
+  it::FastRng seeder(c.seed);
+
+  for (;;) {
+    sockaddr_storage peer{};
+    socklen_t plen = sizeof peer;
+    int fd = ::accept4(g_listen_fd, reinterpret_cast<sockaddr*>(&peer), &plen, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (g_stopping.load()) break;
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        it::sleep_ns(10'000'000);
+        continue;
+      }
+      std::fprintf(stderr, "accept: %s\n", std::strerror(errno));
+      break;
+    }
+    if (c.nodelay) {
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    auto* conn = new Conn;
+    conn->fd = fd;
+    conn->id = g_conn_seq.fetch_add(1);
+    conn->peer_port = port_of(peer);
+    conn->rng = it::FastRng(seeder.next());
+    if (g_conns_active.load() >= c.max_conns) {
+      conn->tid = it::current_tid();
+      send_plain(*conn, 503, "Service Unavailable", "{\"error\":{\"message\":\"too many connections\"}}", false,
+                 "error");
+      linger_close(fd);
+      delete conn;
+      continue;
+    }
+    g_conns_active.fetch_add(1);
+    pthread_t th;
+    if (int e = pthread_create(&th, &attr, conn_thread, conn); e != 0) {
+      std::fprintf(stderr, "pthread_create: %s\n", std::strerror(e));
+      g_conns_active.fetch_sub(1);
+      ::close(fd);
+      delete conn;
+    }
+  }
+
+  // Stopping (SIGTERM/SIGINT): optionally let open streams finish.
+  if (c.grace_ms > 0) {
+    std::int64_t deadline = it::mono_ns() + ms_to_ns(c.grace_ms);
+    while (g_streams_active.load() > 0 && it::mono_ns() < deadline) it::sleep_ns(5'000'000);
+  }
+  finish_and_exit(0, "stopped");
+}
