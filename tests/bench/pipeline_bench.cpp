@@ -21,7 +21,10 @@ struct Recording {
 };
 
 // `streams` concurrent server-side streams of `tokens` token events each.
-Recording make_recording(int streams, int tokens, bool client_side) {
+// Token texts vary in length and include escapes. With `unique_chunks` every
+// chunk also differs outside its text (a new "created" each time), which
+// defeats the per-stream memo: the cost of a full JSON parse per event.
+Recording make_recording(int streams, int tokens, bool client_side, bool unique_chunks = false) {
   Recording rec;
   std::vector<ConnBuilder> conns;
   for (int s = 0; s < streams; ++s) conns.emplace_back(0x1000 + s, 100, 8000, 30000 + s);
@@ -29,7 +32,12 @@ Recording make_recording(int streams, int tokens, bool client_side) {
   const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
-  const std::string event = chunked(openai_chunk(" token"));
+  static const char* const kTexts[] = {" the", " model", "\\n\\n", " \\\"quoted\\\"", " tokenization", ",", " \\u00e9t\\u00e9"};
+  auto event = [&](int i) {
+    std::string e = openai_chunk(kTexts[i % 7]);
+    if (unique_chunks) e.replace(e.find("1700000000"), 10, std::to_string(1700000000 + i));
+    return chunked(e);
+  };
   std::uint64_t t = 1'000'000'000;
   auto out = [&](ConnBuilder& c, bool outbound, const std::string& bytes) {
     t += 1000;
@@ -42,7 +50,7 @@ Recording make_recording(int streams, int tokens, bool client_side) {
     out(c, true, head);
   }
   for (int i = 0; i < tokens; ++i) {
-    for (auto& c : conns) out(c, true, event);
+    for (auto& c : conns) out(c, true, event(i));
   }
   for (auto& c : conns) {
     out(c, true, chunked("data: [DONE]\n\n"));
@@ -51,8 +59,8 @@ Recording make_recording(int streams, int tokens, bool client_side) {
   return rec;
 }
 
-void run(benchmark::State& state, bool client_side) {
-  const Recording rec = make_recording(static_cast<int>(state.range(0)), 200, client_side);
+void run(benchmark::State& state, bool client_side, bool unique_chunks = false) {
+  const Recording rec = make_recording(static_cast<int>(state.range(0)), 200, client_side, unique_chunks);
   std::uint64_t records_out = 0;
   for (auto _ : state) {
     infertap::core::Pipeline pipeline(infertap::core::PipelineConfig{},
@@ -66,8 +74,10 @@ void run(benchmark::State& state, bool client_side) {
 
 void BM_PipelineServerStreams(benchmark::State& state) { run(state, false); }
 void BM_PipelineClientStreams(benchmark::State& state) { run(state, true); }
+void BM_PipelineServerStreamsNoMemo(benchmark::State& state) { run(state, false, true); }
 
 BENCHMARK(BM_PipelineServerStreams)->Arg(1)->Arg(200)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PipelineClientStreams)->Arg(200)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PipelineServerStreamsNoMemo)->Arg(200)->Unit(benchmark::kMillisecond);
 
 }  // namespace

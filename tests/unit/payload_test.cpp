@@ -294,3 +294,54 @@ TEST(Payload, ToString) {
 
 }  // namespace
 }  // namespace infertap::protocol
+
+// ---- StreamEventInterpreter: the per-stream memo ----------------------------
+
+namespace {
+
+std::string chat_chunk(std::string_view text, std::string_view finish = "null") {
+  return R"({"id":"chatcmpl-9","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":")" +
+         std::string(text) + R"("},"finish_reason":)" + std::string(finish) + "}]}";
+}
+
+}  // namespace
+
+TEST(StreamEventInterpreter, SameShapeEventsAreRecognisedWithoutAParse) {
+  using namespace infertap::protocol;
+  StreamEventInterpreter it;
+  for (std::string_view text : {"Hello", " wor", R"(ld \"q\")", "\\u00e9", ",", "\\n"}) {
+    const std::string ev = chat_chunk(text);
+    const EventMeaning fresh = interpret_event("", ev, false);
+    const EventMeaning& memo = it.interpret("", ev, false);
+    EXPECT_EQ(memo.kind, fresh.kind) << text;
+    EXPECT_EQ(memo.kind, EventKind::content);
+    EXPECT_EQ(memo.response_id, fresh.response_id);
+    EXPECT_EQ(memo.model, fresh.model);
+    EXPECT_EQ(memo.from_partial, fresh.from_partial);
+  }
+  EXPECT_EQ(it.memo_hits(), 5u);  // all but the first
+}
+
+TEST(StreamEventInterpreter, AnyDifferenceAroundTheTextForcesAFullParse) {
+  using namespace infertap::protocol;
+  StreamEventInterpreter it;
+  it.interpret("", chat_chunk("a"), false);
+  // finish_reason set: different suffix.
+  EXPECT_EQ(it.interpret("", chat_chunk("b", "\"stop\""), false).finish_reason, "stop");
+  it.interpret("", chat_chunk("a"), false);
+  // Empty text is not a token.
+  EXPECT_EQ(it.interpret("", chat_chunk(""), false).kind, EventKind::empty);
+  it.interpret("", chat_chunk("a"), false);
+  // An unescaped quote ends the string early: the suffix no longer lines up.
+  const std::string broken = chat_chunk(R"(x"},"usage":{"completion_tokens":5}})");
+  EXPECT_EQ(it.interpret("", broken, false).kind, interpret_event("", broken, false).kind);
+  it.interpret("", chat_chunk("a"), false);
+  // Raw control characters and surrogate escapes go to the full parser.
+  const std::string control = chat_chunk(std::string("x\x01y"));
+  EXPECT_EQ(it.interpret("", control, false).from_partial, interpret_event("", control, false).from_partial);
+  const std::string surrogate = chat_chunk("\\ud83d\\ude00");
+  EXPECT_EQ(it.interpret("", surrogate, false).kind, EventKind::content);
+  // A truncated event is never answered from the memo.
+  EXPECT_TRUE(it.interpret("", chat_chunk("a"), true).from_partial);
+  EXPECT_EQ(it.memo_hits(), 0u);
+}

@@ -247,7 +247,7 @@ void Connection::on_sse_event(const protocol::SseEvent& e) {
   ActiveResponse& resp = *response_;
   StreamRecord& r = resp.record;
   ++pipeline_.mutable_counters().sse_events;
-  const protocol::EventMeaning meaning = protocol::interpret_event(e.type, e.data, e.truncated);
+  const protocol::EventMeaning& meaning = resp.interpreter.interpret(e.type, e.data, e.truncated);
 
   if (r.timeline.size() < pipeline_.config().max_timeline_events) {
     TimelineEvent t;

@@ -11,6 +11,7 @@
 #include "capture/event.h"
 #include "core/types.h"
 #include "protocol/http.h"
+#include "protocol/payload.h"
 #include "protocol/sse.h"
 
 namespace infertap::core {
@@ -82,6 +83,7 @@ class Connection {
     bool is_stream = false;
     StreamRecord record;
     std::optional<protocol::SseParser> sse;
+    protocol::StreamEventInterpreter interpreter;
     std::optional<std::uint64_t> usage_completion_tokens;
     bool saw_done = false;
   };

@@ -763,6 +763,99 @@ EventMeaning interpret_event(std::string_view event_type, std::string_view data,
   return meaning;
 }
 
+namespace {
+
+// End of a JSON string body starting at `from` (just past its opening quote):
+// the index of the closing quote, or npos if the text ends first.
+std::size_t string_body_end(std::string_view s, std::size_t from) {
+  for (std::size_t i = from; i < s.size(); ++i) {
+    if (s[i] == '\\') {
+      ++i;  // an escape hides the next character, quotes included
+    } else if (s[i] == '"') {
+      return i;
+    }
+  }
+  return std::string_view::npos;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// True if `body` is a string body simdjson accepts exactly as it would inside
+// the memorised event: no raw control characters, only valid escapes, valid
+// UTF-8. \u escapes of surrogates are left to a full parse (pairing rules).
+bool plain_string_body(std::string_view body) {
+  for (std::size_t i = 0; i < body.size(); ++i) {
+    const auto c = static_cast<unsigned char>(body[i]);
+    if (c < 0x20) return false;
+    if (c != '\\') continue;
+    if (++i >= body.size()) return false;
+    switch (body[i]) {
+      case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't': break;
+      case 'u': {
+        int v = 0;
+        for (int k = 1; k <= 4; ++k) {
+          if (i + k >= body.size()) return false;
+          const int h = hex_value(body[i + k]);
+          if (h < 0) return false;
+          v = v * 16 + h;
+        }
+        if (v >= 0xD800 && v <= 0xDFFF) return false;
+        i += 4;
+        break;
+      }
+      default: return false;
+    }
+  }
+  return simdjson::validate_utf8(body.data(), body.size());
+}
+
+// Where generated text sits in each dialect's token events.
+constexpr std::array<std::string_view, 5> kTextKeys = {"\"content\":\"", "\"text\":\"", "\"thinking\":\"",
+                                                       "\"reasoning_content\":\"", "\"delta\":\""};
+
+}  // namespace
+
+const EventMeaning& StreamEventInterpreter::interpret(std::string_view event_type, std::string_view data,
+                                                      bool truncated) {
+  if (has_memo_ && !truncated && event_type == memo_type_ && data.size() > memo_prefix_.size() + memo_suffix_.size() &&
+      data.starts_with(memo_prefix_) && data.ends_with(memo_suffix_)) {
+    const std::size_t close = string_body_end(data, memo_prefix_.size());
+    // Non-empty text ending exactly where the memorised suffix begins.
+    if (close == data.size() - memo_suffix_.size() && close > memo_prefix_.size() &&
+        plain_string_body(data.substr(memo_prefix_.size(), close - memo_prefix_.size()))) {
+      ++memo_hits_;
+      return last_;
+    }
+  }
+  last_ = interpret_event(event_type, data, truncated);
+  has_memo_ = false;
+  if (last_.kind == EventKind::content && !last_.from_partial && !last_.completion_tokens) learn(event_type, data);
+  return last_;
+}
+
+void StreamEventInterpreter::learn(std::string_view event_type, std::string_view data) {
+  // Exactly one text key in the event, or the shape is not one we memorise
+  // (several choices, tool calls beside text, ...).
+  for (std::string_view key : kTextKeys) {
+    const std::size_t at = data.find(key);
+    if (at == std::string_view::npos) continue;
+    if (data.find(key, at + 1) != std::string_view::npos) return;
+    const std::size_t body = at + key.size();
+    const std::size_t close = string_body_end(data, body);
+    if (close == std::string_view::npos || close == body) return;
+    memo_type_.assign(event_type);
+    memo_prefix_.assign(data.substr(0, body));
+    memo_suffix_.assign(data.substr(close));
+    has_memo_ = true;
+    return;
+  }
+}
+
 RequestMeaning interpret_request_body(std::string_view body_head) {
   RequestMeaning meaning;
   RequestFacts facts;
