@@ -57,7 +57,8 @@ struct itap_args {
 	__u32 iovcnt;    /* 0: plain buffer */
 	__u8 syscall;    /* enum itap_syscall */
 	__u8 verdict;    /* verdict seen at entry, 0 = not classified yet */
-	__u8 pad[6];
+	__u8 direction;  /* enum itap_direction */
+	__u8 pad[5];
 };
 
 struct {
@@ -153,28 +154,97 @@ static __always_inline bool is_vec(__u8 sc)
 	       sc == ITAP_SC_RECVMSG;
 }
 
+/* x86_64 syscall numbers */
+#define NR_read 0
+#define NR_write 1
+#define NR_readv 19
+#define NR_writev 20
+#define NR_sendto 44
+#define NR_recvfrom 45
+#define NR_sendmsg 46
+#define NR_recvmsg 47
+
+static __always_inline __u8 sc_of_nr(long nr)
+{
+	switch (nr) {
+	case NR_read: return ITAP_SC_READ;
+	case NR_write: return ITAP_SC_WRITE;
+	case NR_readv: return ITAP_SC_READV;
+	case NR_writev: return ITAP_SC_WRITEV;
+	case NR_sendto: return ITAP_SC_SENDTO;
+	case NR_recvfrom: return ITAP_SC_RECVFROM;
+	case NR_sendmsg: return ITAP_SC_SENDMSG;
+	case NR_recvmsg: return ITAP_SC_RECVMSG;
+	}
+	return 0;
+}
+
 /* ================= entry ================= */
+
+/* Cheap filters first: no memory reads at all. */
+static __always_inline bool task_eligible(__u32 tgid)
+{
+	if (self_tgid && tgid == self_tgid)
+		return false;
+	if (filter_pids && !bpf_map_lookup_elem(&itap_pid_filter, &tgid))
+		return false;
+	if (filter_cgroups) {
+		__u64 cg = bpf_get_current_cgroup_id();
+
+		if (!bpf_map_lookup_elem(&itap_cgroup_filter, &cg))
+			return false;
+	}
+	return true;
+}
+
+/* The user buffer of a send/recv syscall, from its arguments. */
+static __always_inline void describe_buffer(struct itap_args *a, __u8 sc, int fd, __u64 buf, __u64 count)
+{
+	a->fd = fd;
+	a->syscall = sc;
+	a->direction = is_send(sc) ? ITAP_DIR_SEND : ITAP_DIR_RECV;
+	if (sc == ITAP_SC_SENDMSG || sc == ITAP_SC_RECVMSG) {
+		struct user_msghdr *msg = (struct user_msghdr *)buf;
+		struct iovec *iov = NULL;
+		__u64 iovlen = 0;
+
+		bpf_probe_read_user(&iov, sizeof(iov), &msg->msg_iov);
+		bpf_probe_read_user(&iovlen, sizeof(iovlen), &msg->msg_iovlen);
+		buf = (__u64)iov;
+		count = iovlen;
+	}
+	if (is_vec(sc)) {
+		const struct iovec *iov = (const struct iovec *)buf;
+		__u64 total = 0;
+
+		a->iovcnt = count > 0xffffffffULL ? 0xffffffffU : (__u32)count;
+#pragma unroll
+		for (int i = 0; i < ITAP_IOV_MAX; i++) {
+			__u64 len = 0;
+
+			if (i >= count)
+				break;
+			if (bpf_probe_read_user(&len, sizeof(len), &iov[i].iov_len))
+				break;
+			total += len;
+		}
+		a->requested = total;
+	} else {
+		a->requested = count;
+	}
+	a->buf = buf;
+}
 
 static __always_inline int handle_enter(__u8 sc, int fd, __u64 buf, __u64 count)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
 	struct itap_conn *conn;
 	struct itap_args a = {};
 	struct sock *sk;
 	__u64 skey;
 
-	/* 1. cheap filters: no memory reads at all */
-	if (self_tgid && tgid == self_tgid)
+	if (!task_eligible(id >> 32))
 		return 0;
-	if (filter_pids && !bpf_map_lookup_elem(&itap_pid_filter, &tgid))
-		return 0;
-	if (filter_cgroups) {
-		__u64 cg = bpf_get_current_cgroup_id();
-
-		if (!bpf_map_lookup_elem(&itap_cgroup_filter, &cg))
-			return 0;
-	}
 	stat_inc(ITAP_STAT_SYSCALLS_SEEN);
 	/* before the fd walk: enter_ns should not include our own work */
 	a.enter_ns = bpf_ktime_get_ns();
@@ -204,38 +274,7 @@ static __always_inline int handle_enter(__u8 sc, int fd, __u64 buf, __u64 count)
 
 	/* 4. park the arguments */
 	a.sk = skey;
-	a.fd = fd;
-	a.syscall = sc;
-	if (sc == ITAP_SC_SENDMSG || sc == ITAP_SC_RECVMSG) {
-		struct user_msghdr *msg = (struct user_msghdr *)buf;
-		struct iovec *iov = NULL;
-		__u64 iovlen = 0;
-
-		bpf_probe_read_user(&iov, sizeof(iov), &msg->msg_iov);
-		bpf_probe_read_user(&iovlen, sizeof(iovlen), &msg->msg_iovlen);
-		buf = (__u64)iov;
-		count = iovlen;
-	}
-	if (is_vec(sc)) {
-		const struct iovec *iov = (const struct iovec *)buf;
-		__u64 total = 0;
-
-		a.iovcnt = count > 0xffffffffULL ? 0xffffffffU : (__u32)count;
-#pragma unroll
-		for (int i = 0; i < ITAP_IOV_MAX; i++) {
-			__u64 len = 0;
-
-			if (i >= count)
-				break;
-			if (bpf_probe_read_user(&len, sizeof(len), &iov[i].iov_len))
-				break;
-			total += len;
-		}
-		a.requested = total;
-	} else {
-		a.requested = count;
-	}
-	a.buf = buf;
+	describe_buffer(&a, sc, fd, buf, count);
 	if (bpf_map_update_elem(&itap_args, &id, &a, BPF_ANY))
 		drop_inc(ITAP_DROP_ARGS_MAP_FULL);
 	return 0;
@@ -395,16 +434,32 @@ static __always_inline __u8 classify(__u64 v, __u64 v2, __u32 n)
 
 /* ================= exit ================= */
 
-static __always_inline __u8 direction_of(__u8 sc)
-{
-	return is_send(sc) ? ITAP_DIR_SEND : ITAP_DIR_RECV;
-}
+static __always_inline int emit_io(struct itap_args a, long ret, __u64 ts, __u64 id);
 
 static __always_inline int handle_exit(long ret)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct itap_args *ap, a;
 	__u64 ts;
+
+	/* untargeted calls stop here, before even reading the clock */
+	ap = bpf_map_lookup_elem(&itap_args, &id);
+	if (!ap)
+		return 0;
+	ts = bpf_ktime_get_ns();
+	a = *ap;
+	bpf_map_delete_elem(&itap_args, &id);
+	return emit_io(a, ret, ts, id);
+}
+
+/*
+ * One send/recv that moved `ret` bytes (or failed with -EAGAIN, or hit EOF)
+ * on socket a.sk: classify the socket on its first bytes, copy head and tail,
+ * emit. a.syscall == 0: the bytes moved outside the known syscalls (sendfile,
+ * io_uring, kernel senders): timed but not copied.
+ */
+static __always_inline int emit_io(struct itap_args a, long ret, __u64 ts, __u64 id)
+{
 	struct copy_params cp = {};
 	struct itap_scratch *rec;
 	bool failed = false;
@@ -415,15 +470,7 @@ static __always_inline int handle_exit(long ret)
 	bool send;
 	__u8 verdict;
 
-	/* untargeted calls stop here, before even reading the clock */
-	ap = bpf_map_lookup_elem(&itap_args, &id);
-	if (!ap)
-		return 0;
-	ts = bpf_ktime_get_ns();
-	a = *ap;
-	bpf_map_delete_elem(&itap_args, &id);
-
-	send = is_send(a.syscall);
+	send = a.direction == ITAP_DIR_SEND;
 	verdict = a.verdict;
 	if (ret > 0) {
 		/* data */
@@ -456,7 +503,10 @@ static __always_inline int handle_exit(long ret)
 		cp.tail_len = rest < tb ? (__u32)rest : tb;
 		cp.tail_start = ret - cp.tail_len;
 
-		if (!is_vec(a.syscall)) {
+		if (!a.syscall) {
+			cp.head_len = 0;
+			cp.tail_len = 0;
+		} else if (!is_vec(a.syscall)) {
 			failed = itap_copy_segment(rec, &cp, a.buf, 0, ret);
 		} else {
 			const struct iovec *iovp = (const struct iovec *)a.buf;
@@ -502,7 +552,7 @@ static __always_inline int handle_exit(long ret)
 			__u32 n = cp.head_len < ITAP_CLASSIFY_BYTES ? cp.head_len : ITAP_CLASSIFY_BYTES;
 			__u64 v, v2;
 
-			if (failed)
+			if (failed || !n)
 				return 0; /* cannot tell yet: try again on the next data */
 			__builtin_memcpy(&v, rec->data + ITAP_HDR_SIZE, sizeof(v));
 			__builtin_memcpy(&v2, rec->data + ITAP_HDR_SIZE + 8, sizeof(v2));
@@ -534,7 +584,7 @@ static __always_inline int handle_exit(long ret)
 	e->tid = (__u32)id;
 	e->fd = a.fd;
 	e->kind = ITAP_EV_DATA;
-	e->direction = direction_of(a.syscall);
+	e->direction = a.direction;
 	e->syscall = a.syscall;
 	e->flags = flags;
 	e->head_len = cp.head_len;
@@ -640,30 +690,6 @@ int itap_tp_sock_state(struct trace_event_raw_inet_sock_set_state *ctx)
 
 /* ================= raw tracepoint set (no tracefs) ================= */
 
-/* x86_64 syscall numbers */
-#define NR_read 0
-#define NR_write 1
-#define NR_readv 19
-#define NR_writev 20
-#define NR_sendto 44
-#define NR_recvfrom 45
-#define NR_sendmsg 46
-#define NR_recvmsg 47
-
-static __always_inline __u8 sc_of_nr(long nr)
-{
-	switch (nr) {
-	case NR_read: return ITAP_SC_READ;
-	case NR_write: return ITAP_SC_WRITE;
-	case NR_readv: return ITAP_SC_READV;
-	case NR_writev: return ITAP_SC_WRITEV;
-	case NR_sendto: return ITAP_SC_SENDTO;
-	case NR_recvfrom: return ITAP_SC_RECVFROM;
-	case NR_sendmsg: return ITAP_SC_SENDMSG;
-	case NR_recvmsg: return ITAP_SC_RECVMSG;
-	}
-	return 0;
-}
 
 SEC("raw_tp/sys_enter")
 int itap_raw_sys_enter(struct bpf_raw_tracepoint_args *ctx)
@@ -696,4 +722,82 @@ int itap_raw_sock_state(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	handle_state(sk, (int)ctx->args[1], (int)ctx->args[2]);
 	return 0;
+}
+
+/* ================= socket tracepoint set (default) ================= */
+
+#ifndef MSG_PEEK
+#define MSG_PEEK 2
+#endif
+#ifndef MSG_ERRQUEUE
+#define MSG_ERRQUEUE 0x2000
+#endif
+
+/*
+ * sock:sock_send_length / sock:sock_recv_length fire at the end of every socket
+ * send and receive, with the socket in hand: a syscall on any other fd never
+ * runs a program, and a muted TCP socket costs one map lookup. The user buffer
+ * comes from the syscall's own registers (bpf_task_pt_regs): a send's bytes are
+ * still in user memory, a receive's bytes are already there. The time is taken
+ * here, as the kernel finishes the transfer and returns to the caller.
+ */
+static __always_inline int handle_sock_io(struct trace_event_raw_sock_msg_length *ctx, bool send)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct itap_args a = {};
+	struct itap_conn *conn;
+	struct pt_regs *regs;
+	int ret = ctx->ret;
+	__u64 skey = (__u64)ctx->sk;
+	__u64 ts;
+	__u8 sc;
+
+	if (!send && (ctx->flags & (MSG_PEEK | MSG_ERRQUEUE)))
+		return 0; /* nothing consumed */
+	if (ret < 0 && !(send && ret == -EAGAIN))
+		return 0;
+	if (!task_eligible(id >> 32))
+		return 0;
+	stat_inc(ITAP_STAT_SYSCALLS_SEEN);
+	if (ctx->protocol != IPPROTO_TCP || (ctx->family != AF_INET && ctx->family != AF_INET6)) {
+		stat_inc(ITAP_STAT_NOT_TCP);
+		return 0;
+	}
+	conn = bpf_map_lookup_elem(&itap_conns, &skey);
+	if (conn) {
+		if (conn->verdict == ITAP_VERDICT_MUTED) {
+			stat_inc(ITAP_STAT_MUTED);
+			return 0;
+		}
+		a.verdict = conn->verdict;
+	}
+	if (filter_ports && !itap_sock_port_in((struct sock *)skey, &itap_port_filter))
+		return 0;
+	ts = bpf_ktime_get_ns();
+
+	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	sc = sc_of_nr((long)BPF_CORE_READ(regs, orig_ax));
+	if (sc && is_send(sc) == send) {
+		describe_buffer(&a, sc, (int)BPF_CORE_READ(regs, di), BPF_CORE_READ(regs, si),
+				BPF_CORE_READ(regs, dx));
+	} else {
+		a.fd = -1;
+		a.direction = send ? ITAP_DIR_SEND : ITAP_DIR_RECV;
+		a.requested = ret > 0 ? ret : 0;
+	}
+	a.sk = skey;
+	a.enter_ns = ts;
+	return emit_io(a, ret, ts, id);
+}
+
+SEC("tracepoint/sock/sock_send_length")
+int itap_sock_send(struct trace_event_raw_sock_msg_length *ctx)
+{
+	return handle_sock_io(ctx, true);
+}
+
+SEC("tracepoint/sock/sock_recv_length")
+int itap_sock_recv(struct trace_event_raw_sock_msg_length *ctx)
+{
+	return handle_sock_io(ctx, false);
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,13 @@ int main(int argc, char** argv) {
   bool print_stats = false;
 
   app.add_flag("--timeline", render.timeline, "Include the per-event timeline in each record");
+  const std::map<std::string, infertap::capture::AttachMethod> attach_methods = {
+      {"auto", infertap::capture::AttachMethod::automatic},
+      {"sock", infertap::capture::AttachMethod::socket_tracepoints},
+      {"tracepoint", infertap::capture::AttachMethod::tracepoints},
+      {"raw_tp", infertap::capture::AttachMethod::raw_tracepoints}};
+  app.add_option("--attach", capture_config.attach, "How the capture attaches: auto, sock, tracepoint or raw_tp")
+      ->transform(CLI::CheckedTransformer(attach_methods, CLI::ignore_case));
   app.add_option("-o,--output", output_path, "NDJSON output file ('-' = stdout)");
   app.add_option("--head-bytes", capture_config.head_bytes, "Payload head bytes copied per syscall")
       ->check(CLI::Range(16u, static_cast<unsigned>(ITAP_HEAD_MAX)));

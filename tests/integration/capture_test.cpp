@@ -169,6 +169,11 @@ TEST_F(CaptureTest, LoadNotesNameAttachMethod) {
     EXPECT_FALSE(n.why.empty());
   }
   EXPECT_TRUE(attach);
+  // This kernel (>= 6.3, tracefs) must get the cheapest set by default.
+  bool sock_set = false;
+  for (const auto& n : cap_->notes()) sock_set |= n.what.find("sock:sock_send_length") != std::string::npos;
+  EXPECT_TRUE(sock_set) << "expected the socket tracepoint set (sock:sock_send_length, sock:sock_recv_length); "
+                           "the kernel lacks them or the BPF helper task_pt_regs";
 }
 
 TEST_F(CaptureTest, SendSyscallsEmitOneEventEach) {
@@ -558,11 +563,9 @@ TEST_F(CaptureTest, Ipv6LoopbackAddresses) {
 // Opens a second capture on the raw tracepoint set. The filters are the same
 // code on both attach sets; the raw set detaches in ~50 ms where the 17
 // tracepoints take ~0.6 s (an RCU grace period each), keeping tests fast.
-std::unique_ptr<Capture> open_raw(const CaptureConfig& cfg, std::string* err) {
-  ::setenv("INFERTAP_ATTACH", "raw_tp", 1);
-  auto cap = Capture::open(cfg, err);
-  ::unsetenv("INFERTAP_ATTACH");
-  return cap;
+std::unique_ptr<Capture> open_raw(CaptureConfig cfg, std::string* err) {
+  cfg.attach = infertap::capture::AttachMethod::raw_tracepoints;
+  return Capture::open(cfg, err);
 }
 
 TEST(CaptureVariantsTest, PortFilterKeepsOnlyListedPorts) {
@@ -586,13 +589,20 @@ TEST(CaptureVariantsTest, PortFilterKeepsOnlyListedPorts) {
   EXPECT_EQ(col.events.size(), 2u);
 }
 
-TEST(CaptureVariantsTest, RawTracepointFallback) {
+// The fallback attach sets (older kernels, no tracefs) capture the same events.
+class FallbackAttachTest : public ::testing::TestWithParam<infertap::capture::AttachMethod> {};
+
+TEST_P(FallbackAttachTest, CapturesDataAndStateLikeTheDefaultSet) {
   std::string err;
-  auto cap = open_raw(self_config(), &err);
+  CaptureConfig cfg = self_config();
+  cfg.attach = GetParam();
+  auto cap = Capture::open(cfg, &err);
   ASSERT_NE(cap, nullptr) << err;
-  bool raw = false;
-  for (const auto& n : cap->notes()) raw |= n.what.find("raw") != std::string::npos;
-  EXPECT_TRUE(raw);
+  const std::string expected_note =
+      GetParam() == infertap::capture::AttachMethod::raw_tracepoints ? "raw tracepoints" : "syscalls:sys_";
+  bool noted = false;
+  for (const auto& n : cap->notes()) noted |= n.what.find(expected_note) != std::string::npos;
+  EXPECT_TRUE(noted) << "load notes must name the attach set";
   Collector col(cap.get());
   TcpPair p = tcp_pair();
   ASSERT_EQ(::write(p.client.get(), kRequest, sizeof(kRequest) - 1), ssize_t(sizeof(kRequest) - 1));
@@ -638,5 +648,13 @@ TEST(CaptureVariantsTest, RawTracepointFallback) {
   }
   EXPECT_EQ(seen, 15);
 }
+
+INSTANTIATE_TEST_SUITE_P(Sets, FallbackAttachTest,
+                         ::testing::Values(infertap::capture::AttachMethod::raw_tracepoints,
+                                           infertap::capture::AttachMethod::tracepoints),
+                         [](const auto& info) {
+                           return info.param == infertap::capture::AttachMethod::raw_tracepoints ? "raw_tp"
+                                                                                                 : "syscall_tracepoints";
+                         });
 
 }  // namespace

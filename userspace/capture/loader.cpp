@@ -266,35 +266,78 @@ std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string*
     return nullptr;
   }
 
-  // ---- attach method: tracepoints (tracefs) or raw tracepoints ----
-  bool use_tp = true;
-  const char* force = std::getenv("INFERTAP_ATTACH");
-  if (force && std::strcmp(force, "raw_tp") == 0) {
-    use_tp = false;
-    impl->notes.push_back({"attach: raw tracepoints sys_enter/sys_exit", "forced by INFERTAP_ATTACH=raw_tp"});
-  } else {
+  // ---- attach method, chosen before load (each set is the same capture code) ----
+  //   socket tracepoints: sock:sock_{send,recv}_length run only on socket I/O;
+  //   syscall tracepoints: run on the 8 syscalls, for every fd;
+  //   raw sys_enter/sys_exit: run on every syscall (no tracefs needed).
+  enum class Set { sock, syscalls, raw } set = Set::raw;
+  std::string tracefs_problem;
+  if (config.attach != AttachMethod::raw_tracepoints) {
     const bool mounted = exists(std::string(kTracefs) + "/events");
-    if (std::string why = ensure_tracefs(); !why.empty()) {
-      use_tp = false;
-      impl->notes.push_back({"attach: raw tracepoints sys_enter/sys_exit (every syscall, filtered by number)",
-                             "tracefs unavailable: " + why});
-    } else if (std::string missing = missing_syscall_tracepoints(); !missing.empty()) {
-      use_tp = false;
-      impl->notes.push_back({"attach: raw tracepoints sys_enter/sys_exit (every syscall, filtered by number)",
-                             "syscall tracepoints missing from tracefs: " + missing});
-    } else if (!mounted) {
+    tracefs_problem = ensure_tracefs();
+    if (tracefs_problem.empty() && !mounted)
       impl->notes.push_back({std::string("mounted tracefs at ") + kTracefs, "it was not mounted"});
-    }
   }
-  bool state_tp = use_tp && exists(std::string(kTracefs) + "/events/sock/inet_sock_set_state/id");
-  if (use_tp) {
-    impl->notes.push_back({"attach: tracepoints syscalls:sys_{enter,exit}_{write,writev,sendto,sendmsg,read,readv,"
-                           "recvfrom,recvmsg}",
-                           "tracefs mounted at " + std::string(kTracefs) + " with syscall tracepoints"});
-    if (!state_tp)
-      impl->notes.push_back({"attach: raw tracepoint inet_sock_set_state",
-                             "tracepoint sock:inet_sock_set_state missing from tracefs"});
+  const auto has_event = [&](const char* path) {
+    return tracefs_problem.empty() && exists(std::string(kTracefs) + "/events/" + path + "/id");
+  };
+  std::string sock_problem;
+  if (!tracefs_problem.empty()) {
+    sock_problem = "tracefs unavailable: " + tracefs_problem;
+  } else if (!has_event("sock/sock_send_length") || !has_event("sock/sock_recv_length")) {
+    sock_problem = "tracepoints sock:sock_send_length/sock_recv_length missing (kernel < 6.3)";
+  } else if (libbpf_probe_bpf_helper(BPF_PROG_TYPE_TRACEPOINT, BPF_FUNC_task_pt_regs, nullptr) != 1 ||
+             libbpf_probe_bpf_helper(BPF_PROG_TYPE_TRACEPOINT, BPF_FUNC_get_current_task_btf, nullptr) != 1) {
+    sock_problem = "BPF helpers task_pt_regs/get_current_task_btf unavailable (kernel < 5.15 or no BTF)";
   }
+  std::string syscalls_problem;
+  if (!tracefs_problem.empty()) {
+    syscalls_problem = "tracefs unavailable: " + tracefs_problem;
+  } else if (std::string missing = missing_syscall_tracepoints(); !missing.empty()) {
+    syscalls_problem = "syscall tracepoints missing from tracefs: " + missing;
+  }
+  const char* const kSockNote = "attach: tracepoints sock:sock_send_length + sock:sock_recv_length";
+  const char* const kSyscallsNote =
+      "attach: tracepoints syscalls:sys_{enter,exit}_{write,writev,sendto,sendmsg,read,readv,recvfrom,recvmsg}";
+  const char* const kRawNote = "attach: raw tracepoints sys_enter/sys_exit (every syscall, filtered by number)";
+  switch (config.attach) {
+    case AttachMethod::socket_tracepoints:
+      if (!sock_problem.empty()) {
+        err = "socket tracepoints were requested but cannot be used: " + sock_problem;
+        return nullptr;
+      }
+      set = Set::sock;
+      impl->notes.push_back({kSockNote, "chosen by configuration"});
+      break;
+    case AttachMethod::tracepoints:
+      if (!syscalls_problem.empty()) {
+        err = "syscall tracepoints were requested but cannot be used: " + syscalls_problem;
+        return nullptr;
+      }
+      set = Set::syscalls;
+      impl->notes.push_back({kSyscallsNote, "chosen by configuration"});
+      break;
+    case AttachMethod::raw_tracepoints:
+      set = Set::raw;
+      impl->notes.push_back({kRawNote, "chosen by configuration"});
+      break;
+    case AttachMethod::automatic:
+      if (sock_problem.empty()) {
+        set = Set::sock;
+        impl->notes.push_back({kSockNote, "only socket I/O runs a program; other syscalls cost nothing"});
+      } else if (syscalls_problem.empty()) {
+        set = Set::syscalls;
+        impl->notes.push_back({kSyscallsNote, "socket tracepoints unusable: " + sock_problem});
+      } else {
+        set = Set::raw;
+        impl->notes.push_back({kRawNote, sock_problem + "; " + syscalls_problem});
+      }
+      break;
+  }
+  const bool state_tp = tracefs_problem.empty() && has_event("sock/inet_sock_set_state");
+  if (!state_tp)
+    impl->notes.push_back({"attach: raw tracepoint inet_sock_set_state",
+                           "tracepoint sock:inet_sock_set_state unavailable"});
 
   // ---- open, configure, load ----
   impl->skel = infertap_bpf__open();
@@ -320,9 +363,11 @@ std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string*
     const std::string sec = bpf_program__section_name(prog);
     bool load;
     if (sec.rfind("tracepoint/syscalls/", 0) == 0)
-      load = use_tp;
+      load = set == Set::syscalls;
+    else if (sec == "tracepoint/sock/sock_send_length" || sec == "tracepoint/sock/sock_recv_length")
+      load = set == Set::sock;
     else if (sec == "raw_tp/sys_enter" || sec == "raw_tp/sys_exit")
-      load = !use_tp;
+      load = set == Set::raw;
     else if (sec == "tracepoint/sock/inet_sock_set_state")
       load = state_tp;
     else if (sec == "raw_tp/inet_sock_set_state")

@@ -11,7 +11,16 @@
 
 namespace infertap::capture {
 
+// How the syscall programs attach. Both sets run the same capture code.
+enum class AttachMethod {
+  automatic,           // the cheapest set this kernel supports, in the order below
+  socket_tracepoints,  // sock:sock_{send,recv}_length: runs only on socket I/O (kernel >= 6.3, tracefs)
+  tracepoints,         // syscalls:sys_{enter,exit}_<name>: runs on the 8 syscalls for every fd (tracefs)
+  raw_tracepoints,     // raw sys_enter/sys_exit: runs on every syscall, filters by number (no tracefs)
+};
+
 struct CaptureConfig {
+  AttachMethod attach = AttachMethod::automatic;
   std::uint32_t head_bytes = 512;  // <= ITAP_HEAD_MAX
   std::uint32_t tail_bytes = 128;  // <= ITAP_TAIL_MAX
   std::uint32_t ringbuf_bytes = 16u << 20;  // power of two

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Benchmarks, printed as numbers (see docs/benchmarks.md for results):
+#  1. userspace pipeline throughput (Google Benchmark, one core, recorded-style events);
+#  2. send-path overhead on traced and untraced processes, agent off vs on,
+#     measured side by side: runs alternate off/on so drift hits both alike;
+#  3. the sample server at a high chunk rate, agent off vs on.
+# Needs root. REPS=3 alternations per case by default.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" -eq 0 ] || { echo "bench.sh: needs root (loads BPF programs)" >&2; exit 1; }
+scripts/setup.sh >/dev/null
+make -j"$(nproc)" build/infertapd build/send-loop build/sample-server build/sample-client build/bench_pipeline >/dev/null
+
+REPS=${REPS:-3}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-1}
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+echo "== 1. userspace pipeline throughput (events/s, one core)"
+build/bench_pipeline --benchmark_min_time=0.5 --benchmark_repetitions=5 --benchmark_report_aggregates_only=true 2>/dev/null |
+  awk '/_median/ {for (i=1;i<=NF;i++) if ($i ~ /items_per_second/) print "   ", $1, $i}'
+
+agent_pid=
+agent_on() {  # $1 = attach method
+  rm -f "$work/ready"
+  build/infertapd --attach "$1" -o /dev/null --ready-file "$work/ready" 2>"$work/agent.log" &
+  agent_pid=$!
+  for _ in $(seq 200); do [ -e "$work/ready" ] && return; sleep 0.05; done
+  cat "$work/agent.log" >&2; exit 1
+}
+agent_off() { kill -TERM "$agent_pid"; wait "$agent_pid" || true; agent_pid=; }
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# One case: prints writes/s off, on (per attach method), ratio and added ns per write.
+send_case() {
+  local label=$1; shift
+  local off=() tp=() raw=()
+  for _ in $(seq "$REPS"); do
+    off+=("$(build/send-loop "$@" --seconds "$SECONDS_PER_RUN" | jq .writes_per_sec)")
+    agent_on tracepoint; tp+=("$(build/send-loop "$@" --seconds "$SECONDS_PER_RUN" | jq .writes_per_sec)"); agent_off
+    agent_on raw_tp; raw+=("$(build/send-loop "$@" --seconds "$SECONDS_PER_RUN" | jq .writes_per_sec)"); agent_off
+  done
+  local o t r
+  o=$(printf '%s\n' "${off[@]}" | median); t=$(printf '%s\n' "${tp[@]}" | median); r=$(printf '%s\n' "${raw[@]}" | median)
+  awk -v l="$label" -v o="$o" -v t="$t" -v r="$r" 'BEGIN {
+    printf "    %-34s off %9.0f/s | tracepoint %9.0f/s  ratio %.3f  +%5.0f ns/write | raw_tp %9.0f/s  ratio %.3f  +%5.0f ns/write\n",
+      l, o, t, t/o, 1e9/t - 1e9/o, r, r/o, 1e9/r - 1e9/o }'
+}
+
+echo "== 2. send path, agent off vs on (median of $REPS alternations, ${SECONDS_PER_RUN}s each)"
+send_case "traced: SSE over loopback TCP"   --payload sse --size 256
+send_case "untraced: binary TCP (muted)"     --payload binary --size 256
+send_case "untraced: writes to /dev/null"    --mode file --size 256
+
+echo "== 3. sample server at a high chunk rate (2 streams, no pacing), agent off vs on"
+server_case() {  # $1 = attach method or "off"
+  local port log rate
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  [ "$1" = off ] || agent_on "$1"
+  build/sample-server --port "$port" --ttft-ms 0 --itl-ms 0 >"$work/server.out" 2>&1 &
+  local spid=$!
+  for _ in $(seq 100); do grep -q listening "$work/server.out" 2>/dev/null && break; sleep 0.05; done
+  log=$(build/sample-client --port "$port" --concurrency 2 --tokens 50000 2>&1 >/dev/null | tail -1)
+  kill -TERM "$spid"; wait "$spid" 2>/dev/null || true
+  [ "$1" = off ] || agent_off
+  rate=$(echo "$log" | sed -n 's/.*content_events=\([0-9]*\).*elapsed_s=\([0-9.]*\).*/\1 \2/p' | awk '{printf "%.0f", $1/$2}')
+  echo "$rate"
+}
+off=(); tp=(); raw=()
+for _ in $(seq "$REPS"); do
+  off+=("$(server_case off)"); tp+=("$(server_case tracepoint)"); raw+=("$(server_case raw_tp)")
+done
+o=$(printf '%s\n' "${off[@]}" | median); t=$(printf '%s\n' "${tp[@]}" | median); r=$(printf '%s\n' "${raw[@]}" | median)
+awk -v o="$o" -v t="$t" -v r="$r" 'BEGIN {
+  printf "    %-34s off %9.0f/s | tracepoint %9.0f/s  ratio %.3f | raw_tp %9.0f/s  ratio %.3f\n",
+    "token events delivered", o, t, t/o, r, r/o }'
