@@ -589,7 +589,7 @@ static __always_inline int emit_io(struct itap_args a, long ret, __u64 ts, __u64
 	e->flags = flags;
 	e->head_len = cp.head_len;
 	e->tail_len = cp.tail_len;
-	itap_fill_sock(e, sk);
+	itap_fill_sock_cached(e, sk, bpf_map_lookup_elem(&itap_conns, &a.sk));
 	if (send)
 		e->seq_end = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
 	else
@@ -637,7 +637,7 @@ static __always_inline void handle_state(struct sock *sk, int oldstate, int news
 			e->kind = ITAP_EV_STATE;
 			e->old_state = oldstate;
 			e->new_state = newstate;
-			itap_fill_sock(e, sk);
+			itap_fill_sock_cached(e, sk, conn);
 			bpf_get_current_comm(e->comm, sizeof(e->comm));
 			bpf_ringbuf_submit(e, rb_flags());
 			stat_inc(ITAP_STAT_EVENTS);

@@ -91,10 +91,9 @@ static __always_inline bool itap_sock_port_in(struct sock *sk, void *port_map)
 	return bpf_map_lookup_elem(port_map, &lport) || bpf_map_lookup_elem(port_map, &rport);
 }
 
-/* Family, ports (host order), addresses and srtt. */
+/* Family, ports (host order) and addresses, read from the socket. */
 static __always_inline void itap_fill_sock(struct itap_event *e, struct sock *sk)
 {
-	struct tcp_sock *tp = (struct tcp_sock *)sk;
 	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
 
 	e->family = family;
@@ -107,7 +106,32 @@ static __always_inline void itap_fill_sock(struct itap_event *e, struct sock *sk
 		BPF_CORE_READ_INTO((__u32 *)e->local_addr, sk, __sk_common.skc_rcv_saddr);
 		BPF_CORE_READ_INTO((__u32 *)e->remote_addr, sk, __sk_common.skc_daddr);
 	}
-	e->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
+}
+
+/*
+ * Socket fields of an event, from the per-socket cache when it has them (one
+ * copy from map memory instead of seven probe reads); fills the cache
+ * otherwise. A socket's addresses do not change once it carries data.
+ */
+static __always_inline void itap_fill_sock_cached(struct itap_event *e, struct sock *sk, struct itap_conn *c)
+{
+	if (c && c->family) {
+		e->family = c->family;
+		e->local_port = c->local_port;
+		e->remote_port = c->remote_port;
+		__builtin_memcpy(e->local_addr, c->local_addr, sizeof(e->local_addr));
+		__builtin_memcpy(e->remote_addr, c->remote_addr, sizeof(e->remote_addr));
+	} else {
+		itap_fill_sock(e, sk);
+		if (c) {
+			c->local_port = e->local_port;
+			c->remote_port = e->remote_port;
+			__builtin_memcpy(c->local_addr, e->local_addr, sizeof(c->local_addr));
+			__builtin_memcpy(c->remote_addr, e->remote_addr, sizeof(c->remote_addr));
+			c->family = e->family;
+		}
+	}
+	e->srtt_us = BPF_CORE_READ((struct tcp_sock *)sk, srtt_us) >> 3;
 }
 
 #endif /* INFERTAP_ITAP_SOCK_BPF_H */

@@ -35,17 +35,19 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # One case: prints writes/s off, on (per attach method), ratio and added ns per write.
 send_case() {
   local label=$1; shift
-  local off=() tp=() raw=()
+  local off=() sock=() tp=() raw=()
   for _ in $(seq "$REPS"); do
     off+=("$(build/send-loop "$@" --seconds "$SECONDS_PER_RUN" | jq .writes_per_sec)")
+    agent_on sock; sock+=("$(build/send-loop "$@" --seconds "$SECONDS_PER_RUN" | jq .writes_per_sec)"); agent_off
     agent_on tracepoint; tp+=("$(build/send-loop "$@" --seconds "$SECONDS_PER_RUN" | jq .writes_per_sec)"); agent_off
     agent_on raw_tp; raw+=("$(build/send-loop "$@" --seconds "$SECONDS_PER_RUN" | jq .writes_per_sec)"); agent_off
   done
-  local o t r
-  o=$(printf '%s\n' "${off[@]}" | median); t=$(printf '%s\n' "${tp[@]}" | median); r=$(printf '%s\n' "${raw[@]}" | median)
-  awk -v l="$label" -v o="$o" -v t="$t" -v r="$r" 'BEGIN {
-    printf "    %-34s off %9.0f/s | tracepoint %9.0f/s  ratio %.3f  +%5.0f ns/write | raw_tp %9.0f/s  ratio %.3f  +%5.0f ns/write\n",
-      l, o, t, t/o, 1e9/t - 1e9/o, r, r/o, 1e9/r - 1e9/o }'
+  local o k t r
+  o=$(printf '%s\n' "${off[@]}" | median); k=$(printf '%s\n' "${sock[@]}" | median)
+  t=$(printf '%s\n' "${tp[@]}" | median); r=$(printf '%s\n' "${raw[@]}" | median)
+  awk -v l="$label" -v o="$o" -v k="$k" -v t="$t" -v r="$r" 'BEGIN {
+    printf "    %-32s off %8.0f/s | sock (default) %8.0f/s ratio %.3f %+6.0f ns | tracepoint ratio %.3f %+6.0f ns | raw_tp ratio %.3f %+6.0f ns\n",
+      l, o, k, k/o, 1e9/k - 1e9/o, t/o, 1e9/t - 1e9/o, r/o, 1e9/r - 1e9/o }'
 }
 
 echo "== 2. send path, agent off vs on (median of $REPS alternations, ${SECONDS_PER_RUN}s each)"
@@ -53,25 +55,27 @@ send_case "traced: SSE over loopback TCP"   --payload sse --size 256
 send_case "untraced: binary TCP (muted)"     --payload binary --size 256
 send_case "untraced: writes to /dev/null"    --mode file --size 256
 
-echo "== 3. sample server at a high chunk rate (2 streams, no pacing), agent off vs on"
-server_case() {  # $1 = attach method or "off"
-  local port log rate
+echo "== 3. sample server at a high chunk rate: 40 streams x 1 ms ITL (40k events/s per side), agent off vs on"
+# Delivered rate (content events/s at the clients) and the server's own CPU per
+# event (utime+stime from /proc): the in-kernel cost the traced server pays.
+server_case() {  # $1 = attach method or "off"; prints "rate cpu_us_per_event"
+  local port log rate ticks
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   [ "$1" = off ] || agent_on "$1"
-  build/sample-server --port "$port" --ttft-ms 0 --itl-ms 0 >"$work/server.out" 2>&1 &
+  build/sample-server --port "$port" --ttft-ms 0 --itl-ms 1 >"$work/server.out" 2>&1 &
   local spid=$!
   for _ in $(seq 100); do grep -q listening "$work/server.out" 2>/dev/null && break; sleep 0.05; done
-  log=$(build/sample-client --port "$port" --concurrency 2 --tokens 50000 2>&1 >/dev/null | tail -1)
+  log=$(build/sample-client --port "$port" --concurrency 40 --tokens 3000 2>&1 >/dev/null | tail -1)
+  ticks=$(awk '{print $14 + $15}' "/proc/$spid/stat")
   kill -TERM "$spid"; wait "$spid" 2>/dev/null || true
   [ "$1" = off ] || agent_off
-  rate=$(echo "$log" | sed -n 's/.*content_events=\([0-9]*\).*elapsed_s=\([0-9.]*\).*/\1 \2/p' | awk '{printf "%.0f", $1/$2}')
-  echo "$rate"
+  echo "$log" | sed -n 's/.*content_events=\([0-9]*\).*elapsed_s=\([0-9.]*\).*/\1 \2/p' |
+    awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" '{printf "%.0f %.2f\n", $1/$2, t/hz*1e6/$1}'
 }
-off=(); tp=(); raw=()
-for _ in $(seq "$REPS"); do
-  off+=("$(server_case off)"); tp+=("$(server_case tracepoint)"); raw+=("$(server_case raw_tp)")
-done
-o=$(printf '%s\n' "${off[@]}" | median); t=$(printf '%s\n' "${tp[@]}" | median); r=$(printf '%s\n' "${raw[@]}" | median)
-awk -v o="$o" -v t="$t" -v r="$r" 'BEGIN {
-  printf "    %-34s off %9.0f/s | tracepoint %9.0f/s  ratio %.3f | raw_tp %9.0f/s  ratio %.3f\n",
-    "token events delivered", o, t, t/o, r, r/o }'
+off=(); sock=()
+for _ in $(seq "$REPS"); do off+=("$(server_case off)"); sock+=("$(server_case sock)"); done
+o=$(printf '%s\n' "${off[@]}" | awk '{print $1}' | median); k=$(printf '%s\n' "${sock[@]}" | awk '{print $1}' | median)
+oc=$(printf '%s\n' "${off[@]}" | awk '{print $2}' | median); kc=$(printf '%s\n' "${sock[@]}" | awk '{print $2}' | median)
+awk -v o="$o" -v k="$k" -v oc="$oc" -v kc="$kc" 'BEGIN {
+  printf "    token events delivered: off %.0f/s, on %.0f/s, ratio %.3f | server CPU per event: off %.2f us, on %.2f us (+%.2f us)\n",
+    o, k, k/o, oc, kc, kc-oc }'

@@ -131,11 +131,20 @@ struct itap_event {
 	char comm[ITAP_COMM_LEN];
 };
 
-/* Per-socket state kept in the kernel (LRU hash keyed by sock address). */
+/*
+ * Per-socket state kept in the kernel (LRU hash keyed by sock address). The
+ * socket's addresses are read from struct sock once and kept here: every later
+ * event copies them from the map instead of repeating the probe reads.
+ */
 struct itap_conn {
 	__u8 verdict; /* enum itap_verdict */
-	__u8 reserved[7];
+	__u8 reserved;
+	__u16 family; /* 0 until the addresses below are cached */
+	__u16 local_port;
+	__u16 remote_port;
 	__u64 first_seen_ns;
+	__u8 local_addr[16];
+	__u8 remote_addr[16];
 };
 
 #endif /* INFERTAP_ABI_H */
