@@ -79,3 +79,18 @@ oc=$(printf '%s\n' "${off[@]}" | awk '{print $2}' | median); kc=$(printf '%s\n' 
 awk -v o="$o" -v k="$k" -v oc="$oc" -v kc="$kc" 'BEGIN {
   printf "    token events delivered: off %.0f/s, on %.0f/s, ratio %.3f | server CPU per event: off %.2f us, on %.2f us (+%.2f us)\n",
     o, k, k/o, oc, kc, kc-oc }'
+
+echo "== 4. in-kernel cost per call (kernel.bpf_stats_enabled: program run time / run count), default set"
+prog_cost() {  # $1 = label; rest = send-loop args
+  local label=$1; shift
+  agent_on sock
+  build/send-loop "$@" --seconds "$SECONDS_PER_RUN" >/dev/null
+  bpftool prog show | grep -A2 -E "itap_sock_(send|recv)" | grep -oE "name [a-z_]+|run_time_ns [0-9]+|run_cnt [0-9]+" |
+    paste - - - | awk -v l="$label" '{ if ($6 > 0) printf "    %-32s %-16s %8d calls  %6.0f ns/call\n", l, $2, $6, $4 / $6 }'
+  agent_off
+}
+stats_before=$(sysctl -n kernel.bpf_stats_enabled)
+sysctl -qw kernel.bpf_stats_enabled=1
+prog_cost "traced: SSE over loopback TCP" --payload sse --size 256
+prog_cost "untraced: binary TCP (muted)" --payload binary --size 256
+sysctl -qw kernel.bpf_stats_enabled="$stats_before"

@@ -44,8 +44,11 @@ echo
 echo "== per stream, as measured in the kernel:"
 jq -r '"\(.role)/\(.vantage) \(.comm) pid \(.pid) \(.path) model=\(.model) ttft=\(.ttft_ms)ms itl_p50=\(.itl_p50_ms)ms itl_max=\(.itl_max_ms)ms tokens=\(.tokens)(\(.token_source)) rate=\(.tokens_per_s|floor) tok/s stalls=\(.stalls|length) end=\(.end)"' "$work/records.ndjson"
 echo
-echo "== timeline of the first server stream (ms after request end; # = 10 ms of gap):"
-jq -r 'select(.role=="server") | . as $r | .timeline[] | "\(.i)\t\(.kind)\t+\(((.ts_ns - $r.request_end_ns)/1e6*10|floor)/10) ms\t\(.bytes) B"' \
-  "$work/records.ndjson" | head -40 | awk -F'\t' 'BEGIN{prev=0} {t=substr($3,2)+0; g=t-prev; prev=t; bar=""; for(i=0;i<g/10 && i<60;i++) bar=bar "#"; printf "%3s %-9s %9s  %5s  %s\n", $1, $2, $3, $4, bar}'
+echo "== timeline of the first server stream (ms after request end; each # = 10 ms of gap since the previous event):"
+jq -s -r 'map(select(.role == "server")) | .[0] as $r | $r.timeline[] |
+  [.i, .kind, ((.ts_ns - $r.request_end_ns) / 1e5 | floor) / 10, .bytes] | @tsv' "$work/records.ndjson" |
+  awk -F'\t' 'BEGIN {prev = 0}
+    { gap = $3 - prev; prev = $3; bar = ""; for (i = 0; i < gap / 10 && i < 60; i++) bar = bar "#";
+      printf "%4s %-10s %9.1f ms %5s B  %s\n", $1, $2, $3, $4, bar }'
 echo
 grep "stats" "$work/agent.log" || true
