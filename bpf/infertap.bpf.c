@@ -434,7 +434,7 @@ static __always_inline __u8 classify(__u64 v, __u64 v2, __u32 n)
 
 /* ================= exit ================= */
 
-static __always_inline int emit_io(struct itap_args a, long ret, __u64 ts, __u64 id);
+static __always_inline int emit_io(struct itap_args a, long ret, __u64 ts, __u64 id, struct itap_conn *conn);
 
 static __always_inline int handle_exit(long ret)
 {
@@ -449,7 +449,7 @@ static __always_inline int handle_exit(long ret)
 	ts = bpf_ktime_get_ns();
 	a = *ap;
 	bpf_map_delete_elem(&itap_args, &id);
-	return emit_io(a, ret, ts, id);
+	return emit_io(a, ret, ts, id, NULL);
 }
 
 /*
@@ -458,7 +458,7 @@ static __always_inline int handle_exit(long ret)
  * emit. a.syscall == 0: the bytes moved outside the known syscalls (sendfile,
  * io_uring, kernel senders): timed but not copied.
  */
-static __always_inline int emit_io(struct itap_args a, long ret, __u64 ts, __u64 id)
+static __always_inline int emit_io(struct itap_args a, long ret, __u64 ts, __u64 id, struct itap_conn *conn)
 {
 	struct copy_params cp = {};
 	struct itap_scratch *rec;
@@ -589,7 +589,9 @@ static __always_inline int emit_io(struct itap_args a, long ret, __u64 ts, __u64
 	e->flags = flags;
 	e->head_len = cp.head_len;
 	e->tail_len = cp.tail_len;
-	itap_fill_sock_cached(e, sk, bpf_map_lookup_elem(&itap_conns, &a.sk));
+	if (!conn) /* the caller had none, or the socket was classified just now */
+		conn = bpf_map_lookup_elem(&itap_conns, &a.sk);
+	itap_fill_sock_cached(e, sk, conn);
 	if (send)
 		e->seq_end = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
 	else
@@ -734,35 +736,35 @@ int itap_raw_sock_state(struct bpf_raw_tracepoint_args *ctx)
 #endif
 
 /*
- * sock:sock_send_length / sock:sock_recv_length fire at the end of every socket
- * send and receive, with the socket in hand: a syscall on any other fd never
- * runs a program, and a muted TCP socket costs one map lookup. The user buffer
- * comes from the syscall's own registers (bpf_task_pt_regs): a send's bytes are
- * still in user memory, a receive's bytes are already there. The time is taken
- * here, as the kernel finishes the transfer and returns to the caller.
+ * sock_send_length / sock_recv_length fire at the end of every socket send and
+ * receive, with the socket in hand: a syscall on any other fd never runs a
+ * program, and a muted TCP socket costs one map lookup. The user buffer comes
+ * from the syscall's own registers (bpf_task_pt_regs): a send's bytes are still
+ * in user memory, a receive's bytes are already there. The time is taken here,
+ * as the kernel finishes the transfer and returns to the caller.
+ *
+ * Attached as raw tracepoints: the program gets (sk, ret, flags) directly,
+ * without the perf-buffer marshalling of a classic tracepoint, and needs no
+ * tracefs. family/protocol are read from the socket only for sockets the map
+ * does not know yet (followed and muted ones are TCP by construction).
  */
-static __always_inline int handle_sock_io(struct trace_event_raw_sock_msg_length *ctx, bool send)
+static __always_inline int handle_sock_io(struct sock *sk, int ret, int msg_flags, bool send)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct itap_args a = {};
 	struct itap_conn *conn;
-	struct pt_regs *regs;
-	int ret = ctx->ret;
-	__u64 skey = (__u64)ctx->sk;
+	struct pt_regs regs;
+	__u64 skey = (__u64)sk;
 	__u64 ts;
 	__u8 sc;
 
-	if (!send && (ctx->flags & (MSG_PEEK | MSG_ERRQUEUE)))
+	if (!send && (msg_flags & (MSG_PEEK | MSG_ERRQUEUE)))
 		return 0; /* nothing consumed */
 	if (ret < 0 && !(send && ret == -EAGAIN))
 		return 0;
 	if (!task_eligible(id >> 32))
 		return 0;
 	stat_inc(ITAP_STAT_SYSCALLS_SEEN);
-	if (ctx->protocol != IPPROTO_TCP || (ctx->family != AF_INET && ctx->family != AF_INET6)) {
-		stat_inc(ITAP_STAT_NOT_TCP);
-		return 0;
-	}
 	conn = bpf_map_lookup_elem(&itap_conns, &skey);
 	if (conn) {
 		if (conn->verdict == ITAP_VERDICT_MUTED) {
@@ -770,16 +772,20 @@ static __always_inline int handle_sock_io(struct trace_event_raw_sock_msg_length
 			return 0;
 		}
 		a.verdict = conn->verdict;
+	} else if (!itap_sock_is_tcp(sk)) {
+		stat_inc(ITAP_STAT_NOT_TCP);
+		return 0;
 	}
-	if (filter_ports && !itap_sock_port_in((struct sock *)skey, &itap_port_filter))
+	if (filter_ports && !itap_sock_port_in(sk, &itap_port_filter))
 		return 0;
 	ts = bpf_ktime_get_ns();
 
-	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	sc = sc_of_nr((long)BPF_CORE_READ(regs, orig_ax));
+	/* one read of the saved user registers: syscall number and arguments */
+	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(bpf_get_current_task_btf())))
+		regs.orig_ax = -1;
+	sc = sc_of_nr((long)regs.orig_ax);
 	if (sc && is_send(sc) == send) {
-		describe_buffer(&a, sc, (int)BPF_CORE_READ(regs, di), BPF_CORE_READ(regs, si),
-				BPF_CORE_READ(regs, dx));
+		describe_buffer(&a, sc, (int)regs.di, regs.si, regs.dx);
 	} else {
 		a.fd = -1;
 		a.direction = send ? ITAP_DIR_SEND : ITAP_DIR_RECV;
@@ -787,17 +793,38 @@ static __always_inline int handle_sock_io(struct trace_event_raw_sock_msg_length
 	}
 	a.sk = skey;
 	a.enter_ns = ts;
-	return emit_io(a, ret, ts, id);
+	if (send && conn && conn->send_start_ns) {
+		/* stamped by itap_tcp_send_start: the call's duration, blocking included */
+		a.enter_ns = conn->send_start_ns;
+		conn->send_start_ns = 0;
+	}
+	return emit_io(a, ret, ts, id, conn);
 }
 
-SEC("tracepoint/sock/sock_send_length")
-int itap_sock_send(struct trace_event_raw_sock_msg_length *ctx)
+/*
+ * tcp_sendmsg_locked fires at each pass of the TCP send loop, the first one
+ * before any wait for send-buffer space: the first pass after the previous
+ * send finished marks when this send started. Followed sockets only.
+ */
+SEC("raw_tp/tcp_sendmsg_locked")
+int itap_tcp_send_start(struct bpf_raw_tracepoint_args *ctx)
 {
-	return handle_sock_io(ctx, true);
+	__u64 skey = ctx->args[0];
+	struct itap_conn *conn = bpf_map_lookup_elem(&itap_conns, &skey);
+
+	if (conn && conn->verdict == ITAP_VERDICT_FOLLOW && !conn->send_start_ns)
+		conn->send_start_ns = bpf_ktime_get_ns();
+	return 0;
 }
 
-SEC("tracepoint/sock/sock_recv_length")
-int itap_sock_recv(struct trace_event_raw_sock_msg_length *ctx)
+SEC("raw_tp/sock_send_length")
+int itap_sock_send(struct bpf_raw_tracepoint_args *ctx)
 {
-	return handle_sock_io(ctx, false);
+	return handle_sock_io((struct sock *)ctx->args[0], (int)ctx->args[1], (int)ctx->args[2], true);
+}
+
+SEC("raw_tp/sock_recv_length")
+int itap_sock_recv(struct bpf_raw_tracepoint_args *ctx)
+{
+	return handle_sock_io((struct sock *)ctx->args[0], (int)ctx->args[1], (int)ctx->args[2], false);
 }

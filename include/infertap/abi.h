@@ -145,6 +145,8 @@ struct itap_conn {
 	__u64 first_seen_ns;
 	__u8 local_addr[16];
 	__u8 remote_addr[16];
+	/* socket tracepoint set: when the send in progress started copying (0 = none) */
+	__u64 send_start_ns;
 };
 
 #endif /* INFERTAP_ABI_H */

@@ -171,8 +171,8 @@ TEST_F(CaptureTest, LoadNotesNameAttachMethod) {
   EXPECT_TRUE(attach);
   // This kernel (>= 6.3, tracefs) must get the cheapest set by default.
   bool sock_set = false;
-  for (const auto& n : cap_->notes()) sock_set |= n.what.find("sock:sock_send_length") != std::string::npos;
-  EXPECT_TRUE(sock_set) << "expected the socket tracepoint set (sock:sock_send_length, sock:sock_recv_length); "
+  for (const auto& n : cap_->notes()) sock_set |= n.what.find("sock_send_length") != std::string::npos;
+  EXPECT_TRUE(sock_set) << "expected the socket tracepoint set (raw tracepoints sock_send_length, sock_recv_length); "
                            "the kernel lacks them or the BPF helper task_pt_regs";
 }
 
@@ -517,6 +517,37 @@ TEST_F(CaptureTest, NonBlockingSendIntoFullBufferGivesEagain) {
   }
   EXPECT_EQ(eagain_events, 1);
   EXPECT_EQ(cap_->stats().drops_ringbuf_full, 0u);
+}
+
+// A send that waits for buffer space reports the wait as its duration
+// (enter_ns -> ts_ns): the evidence of a reader that does not drain.
+TEST_F(CaptureTest, BlockingSendReportsHowLongItWaited) {
+  Fd l = tcp_listener(0, 4096);
+  TcpPair p = tcp_connect(l);
+  std::uint64_t cs = 0, ss = 0;
+  follow(p, &cs, &ss);
+  const int fd = p.client.get();
+  int small = 4096;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+  std::thread drainer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    read_exact(p.server.get(), 1 << 20);
+  });
+  const std::string big(1 << 20, 'b');
+  const std::uint64_t t0 = mono_ns();
+  ASSERT_EQ(::send(fd, big.data(), big.size(), 0), ssize_t(big.size()));
+  const std::uint64_t t1 = mono_ns();
+  drainer.join();
+  ASSERT_GE(t1 - t0, 100'000'000u) << "the send did not block: the test's premise failed";
+  ASSERT_TRUE(col_->wait_for([&](const std::vector<Ev>& evs) {
+    return std::any_of(evs.begin(), evs.end(), [&](const Ev& e) { return is_data(e, fd, ITAP_DIR_SEND) && e.h.ret == ssize_t(big.size()); });
+  })) << "no event for the blocking send";
+  for (const auto& e : col_->select([&](const Ev& e) { return is_data(e, fd, ITAP_DIR_SEND) && e.h.ret == ssize_t(big.size()); })) {
+    EXPECT_GE(e.h.enter_ns, t0);
+    EXPECT_LE(e.h.ts_ns, t1);
+    EXPECT_GE(e.h.ts_ns - e.h.enter_ns, 100'000'000u) << "duration must include the wait for buffer space";
+    EXPECT_TRUE(e.h.flags & ITAP_F_TRUNCATED);
+  }
 }
 
 TEST_F(CaptureTest, UserspaceMuteAndForget) {

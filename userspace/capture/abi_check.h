@@ -22,6 +22,6 @@ static_assert(offsetof(itap_event, local_addr) == 80);
 static_assert(offsetof(itap_event, remote_addr) == 96);
 static_assert(offsetof(itap_event, srtt_us) == 112);
 static_assert(offsetof(itap_event, comm) == 120);
-static_assert(sizeof(itap_conn) == 48);
+static_assert(sizeof(itap_conn) == 56);
 static_assert((ITAP_HEAD_MAX & (ITAP_HEAD_MAX - 1)) == 0, "head cap must be a power of two (BPF masks)");
 static_assert((ITAP_TAIL_MAX & (ITAP_TAIL_MAX - 1)) == 0, "tail cap must be a power of two (BPF masks)");

@@ -3,6 +3,7 @@
 #include "capture/loader.h"
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <linux/capability.h>
 #include <sys/mount.h>
@@ -145,6 +146,23 @@ std::string missing_syscall_tracepoints() {
   return missing;
 }
 
+// Empty when this kernel has the raw tracepoints sock_send_length and
+// sock_recv_length (6.3+) and lets tracing programs read a task's user
+// registers (bpf_task_pt_regs, 5.15+); else why not. Probed from BTF and by
+// loading trivial programs, so no tracefs is needed.
+std::string socket_tracepoints_problem() {
+  btf* vmlinux = btf__load_vmlinux_btf();
+  if (!vmlinux) return "kernel BTF (/sys/kernel/btf/vmlinux) is unavailable";
+  const bool send = btf__find_by_name_kind(vmlinux, "btf_trace_sock_send_length", BTF_KIND_TYPEDEF) > 0;
+  const bool recv = btf__find_by_name_kind(vmlinux, "btf_trace_sock_recv_length", BTF_KIND_TYPEDEF) > 0;
+  btf__free(vmlinux);
+  if (!send || !recv) return "tracepoints sock_send_length/sock_recv_length missing (kernel < 6.3)";
+  if (libbpf_probe_bpf_helper(BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_FUNC_task_pt_regs, nullptr) != 1 ||
+      libbpf_probe_bpf_helper(BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_FUNC_get_current_task_btf, nullptr) != 1)
+    return "BPF helpers task_pt_regs/get_current_task_btf unavailable to raw tracepoints (kernel < 5.15)";
+  return "";
+}
+
 }  // namespace
 
 std::string ensure_tracefs() {
@@ -271,8 +289,11 @@ std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string*
   //   syscall tracepoints: run on the 8 syscalls, for every fd;
   //   raw sys_enter/sys_exit: run on every syscall (no tracefs needed).
   enum class Set { sock, syscalls, raw } set = Set::raw;
-  std::string tracefs_problem;
-  if (config.attach != AttachMethod::raw_tracepoints) {
+  std::string sock_problem = socket_tracepoints_problem();
+  const bool want_tracefs = config.attach == AttachMethod::tracepoints ||
+                            (config.attach == AttachMethod::automatic && !sock_problem.empty());
+  std::string tracefs_problem = "not needed";
+  if (want_tracefs) {
     const bool mounted = exists(std::string(kTracefs) + "/events");
     tracefs_problem = ensure_tracefs();
     if (tracefs_problem.empty() && !mounted)
@@ -281,22 +302,13 @@ std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string*
   const auto has_event = [&](const char* path) {
     return tracefs_problem.empty() && exists(std::string(kTracefs) + "/events/" + path + "/id");
   };
-  std::string sock_problem;
-  if (!tracefs_problem.empty()) {
-    sock_problem = "tracefs unavailable: " + tracefs_problem;
-  } else if (!has_event("sock/sock_send_length") || !has_event("sock/sock_recv_length")) {
-    sock_problem = "tracepoints sock:sock_send_length/sock_recv_length missing (kernel < 6.3)";
-  } else if (libbpf_probe_bpf_helper(BPF_PROG_TYPE_TRACEPOINT, BPF_FUNC_task_pt_regs, nullptr) != 1 ||
-             libbpf_probe_bpf_helper(BPF_PROG_TYPE_TRACEPOINT, BPF_FUNC_get_current_task_btf, nullptr) != 1) {
-    sock_problem = "BPF helpers task_pt_regs/get_current_task_btf unavailable (kernel < 5.15 or no BTF)";
-  }
   std::string syscalls_problem;
   if (!tracefs_problem.empty()) {
     syscalls_problem = "tracefs unavailable: " + tracefs_problem;
   } else if (std::string missing = missing_syscall_tracepoints(); !missing.empty()) {
     syscalls_problem = "syscall tracepoints missing from tracefs: " + missing;
   }
-  const char* const kSockNote = "attach: tracepoints sock:sock_send_length + sock:sock_recv_length";
+  const char* const kSockNote = "attach: raw tracepoints sock_send_length + sock_recv_length";
   const char* const kSyscallsNote =
       "attach: tracepoints syscalls:sys_{enter,exit}_{write,writev,sendto,sendmsg,read,readv,recvfrom,recvmsg}";
   const char* const kRawNote = "attach: raw tracepoints sys_enter/sys_exit (every syscall, filtered by number)";
@@ -334,7 +346,19 @@ std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string*
       }
       break;
   }
-  const bool state_tp = tracefs_problem.empty() && has_event("sock/inet_sock_set_state");
+  // In the socket set, send durations come from tcp_sendmsg_locked (6.1+).
+  bool send_start_available = false;
+  if (set == Set::sock) {
+    if (btf* vmlinux = btf__load_vmlinux_btf()) {
+      send_start_available =
+          btf__find_by_name_kind(vmlinux, "btf_trace_tcp_sendmsg_locked", BTF_KIND_TYPEDEF) > 0;
+      btf__free(vmlinux);
+    }
+    if (!send_start_available)
+      impl->notes.push_back({"send durations not measured", "tracepoint tcp_sendmsg_locked missing (kernel < 6.1)"});
+  }
+  // The socket set needs no tracefs at all: its state program attaches raw too.
+  const bool state_tp = set != Set::sock && has_event("sock/inet_sock_set_state");
   if (!state_tp)
     impl->notes.push_back({"attach: raw tracepoint inet_sock_set_state",
                            "tracepoint sock:inet_sock_set_state unavailable"});
@@ -364,8 +388,10 @@ std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string*
     bool load;
     if (sec.rfind("tracepoint/syscalls/", 0) == 0)
       load = set == Set::syscalls;
-    else if (sec == "tracepoint/sock/sock_send_length" || sec == "tracepoint/sock/sock_recv_length")
+    else if (sec == "raw_tp/sock_send_length" || sec == "raw_tp/sock_recv_length")
       load = set == Set::sock;
+    else if (sec == "raw_tp/tcp_sendmsg_locked")
+      load = set == Set::sock && send_start_available;
     else if (sec == "raw_tp/sys_enter" || sec == "raw_tp/sys_exit")
       load = set == Set::raw;
     else if (sec == "tracepoint/sock/inet_sock_set_state")
