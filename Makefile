@@ -23,11 +23,13 @@ BPF_SRCS   := $(wildcard bpf/*.bpf.c)
 BPF_OBJS   := $(patsubst bpf/%.bpf.c,$(OUT)/%.bpf.o,$(BPF_SRCS))
 SKELS      := $(patsubst bpf/%.bpf.c,$(OUT)/%.skel.h,$(BPF_SRCS))
 
-LIB_SRCS   := $(wildcard userspace/capture/*.cpp userspace/protocol/*.cpp userspace/core/*.cpp userspace/output/*.cpp)
+LIB_SRCS   := $(wildcard userspace/capture/*.cpp userspace/protocol/*.cpp userspace/core/*.cpp userspace/output/*.cpp \
+                        userspace/daemon/*.cpp)
 LIB_OBJS   := $(patsubst %.cpp,$(OUT)/obj/%.o,$(LIB_SRCS))
 LIB        := $(OUT)/libinfertap.a
 
-BINS       := $(OUT)/infertapd $(OUT)/sample-server $(OUT)/sample-client $(OUT)/send-loop
+BINS       := $(OUT)/infertapd $(OUT)/sample-server $(OUT)/sample-client $(OUT)/send-loop \
+              $(if $(wildcard userspace/cli/infertap.cpp),$(OUT)/infertap)
 UNIT_SRCS  := $(wildcard tests/unit/*.cpp)
 UNIT_OBJS  := $(patsubst %.cpp,$(OUT)/obj/%.o,$(UNIT_SRCS))
 INTEG_SRCS := $(wildcard tests/integration/*.cpp)
@@ -71,6 +73,9 @@ $(LIB): $(LIB_OBJS)
 	ar rcs $@ $^
 
 $(OUT)/infertapd: $(OUT)/obj/userspace/infertapd.o $(LIB)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
+
+$(OUT)/infertap: $(OUT)/obj/userspace/cli/infertap.o $(LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
 
 $(OUT)/sample-server: $(OUT)/obj/userspace/tools/sample_server.o

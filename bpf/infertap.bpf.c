@@ -179,6 +179,33 @@ static __always_inline __u8 sc_of_nr(long nr)
 	return 0;
 }
 
+/*
+ * The per-socket gate every attach set passes: a muted socket stops after one
+ * map lookup, a socket the map does not know yet must be TCP, then the
+ * optional port filter. Returns false to stop; else *connp is the socket's map
+ * entry (NULL when not classified yet) and *verdict its verdict (0 then).
+ */
+static __always_inline bool socket_gate(struct sock *sk, struct itap_conn **connp, __u8 *verdict)
+{
+	__u64 skey = (__u64)sk;
+	struct itap_conn *conn = bpf_map_lookup_elem(&itap_conns, &skey);
+
+	if (conn) {
+		if (conn->verdict == ITAP_VERDICT_MUTED) {
+			stat_inc(ITAP_STAT_MUTED);
+			return false;
+		}
+		*verdict = conn->verdict;
+	} else if (!itap_sock_is_tcp(sk)) {
+		stat_inc(ITAP_STAT_NOT_TCP);
+		return false;
+	}
+	if (filter_ports && !itap_sock_port_in(sk, &itap_port_filter))
+		return false;
+	*connp = conn;
+	return true;
+}
+
 /* ================= entry ================= */
 
 /* Cheap filters first: no memory reads at all. */
@@ -258,18 +285,7 @@ static __always_inline int handle_enter(__u8 sc, int fd, __u64 buf, __u64 count)
 
 	/* 3. verdict: a muted socket costs one lookup */
 	skey = (__u64)sk;
-	conn = bpf_map_lookup_elem(&itap_conns, &skey);
-	if (conn) {
-		if (conn->verdict == ITAP_VERDICT_MUTED) {
-			stat_inc(ITAP_STAT_MUTED);
-			return 0;
-		}
-		a.verdict = conn->verdict;
-	} else if (!itap_sock_is_tcp(sk)) {
-		stat_inc(ITAP_STAT_NOT_TCP);
-		return 0;
-	}
-	if (filter_ports && !itap_sock_port_in(sk, &itap_port_filter))
+	if (!socket_gate(sk, &conn, &a.verdict))
 		return 0;
 
 	/* 4. park the arguments */
@@ -765,18 +781,7 @@ static __always_inline int handle_sock_io(struct sock *sk, int ret, int msg_flag
 	if (!task_eligible(id >> 32))
 		return 0;
 	stat_inc(ITAP_STAT_SYSCALLS_SEEN);
-	conn = bpf_map_lookup_elem(&itap_conns, &skey);
-	if (conn) {
-		if (conn->verdict == ITAP_VERDICT_MUTED) {
-			stat_inc(ITAP_STAT_MUTED);
-			return 0;
-		}
-		a.verdict = conn->verdict;
-	} else if (!itap_sock_is_tcp(sk)) {
-		stat_inc(ITAP_STAT_NOT_TCP);
-		return 0;
-	}
-	if (filter_ports && !itap_sock_port_in(sk, &itap_port_filter))
+	if (!socket_gate(sk, &conn, &a.verdict))
 		return 0;
 	ts = bpf_ktime_get_ns();
 
