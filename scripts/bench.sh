@@ -58,13 +58,23 @@ send_case "untraced: writes to /dev/null"    --mode file --size 256
 echo "== 3. sample server at a high chunk rate: 40 streams x 1 ms ITL (40k events/s per side), agent off vs on"
 # Delivered rate (content events/s at the clients) and the server's own CPU per
 # event (utime+stime from /proc): the in-kernel cost the traced server pays.
-server_case() {  # $1 = attach method or "off"; prints "rate cpu_us_per_event"
+agent_on_pid() {  # $1 = pid: trace only that process (the others cost one check)
+  rm -f "$work/ready"
+  build/infertapd --pid "$1" -o /dev/null --ready-file "$work/ready" 2>"$work/agent.log" &
+  agent_pid=$!
+  for _ in $(seq 200); do [ -e "$work/ready" ] && return; sleep 0.05; done
+  cat "$work/agent.log" >&2; exit 1
+}
+# $1 = off | sock (every process traced: server and client both timed) |
+#      server-only (agent --pid server: the client is as if remote)
+server_case() {  # prints "rate cpu_us_per_event"
   local port log rate ticks
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  [ "$1" = off ] || agent_on "$1"
+  [ "$1" = sock ] && agent_on sock
   build/sample-server --port "$port" --ttft-ms 0 --itl-ms 1 >"$work/server.out" 2>&1 &
   local spid=$!
   for _ in $(seq 100); do grep -q listening "$work/server.out" 2>/dev/null && break; sleep 0.05; done
+  [ "$1" = server-only ] && agent_on_pid "$spid"
   log=$(build/sample-client --port "$port" --concurrency 40 --tokens 3000 2>&1 >/dev/null | tail -1)
   ticks=$(awk '{print $14 + $15}' "/proc/$spid/stat")
   kill -TERM "$spid"; wait "$spid" 2>/dev/null || true
@@ -72,13 +82,19 @@ server_case() {  # $1 = attach method or "off"; prints "rate cpu_us_per_event"
   echo "$log" | sed -n 's/.*content_events=\([0-9]*\).*elapsed_s=\([0-9.]*\).*/\1 \2/p' |
     awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" '{printf "%.0f %.2f\n", $1/$2, t/hz*1e6/$1}'
 }
-off=(); sock=()
-for _ in $(seq "$REPS"); do off+=("$(server_case off)"); sock+=("$(server_case sock)"); done
-o=$(printf '%s\n' "${off[@]}" | awk '{print $1}' | median); k=$(printf '%s\n' "${sock[@]}" | awk '{print $1}' | median)
-oc=$(printf '%s\n' "${off[@]}" | awk '{print $2}' | median); kc=$(printf '%s\n' "${sock[@]}" | awk '{print $2}' | median)
-awk -v o="$o" -v k="$k" -v oc="$oc" -v kc="$kc" 'BEGIN {
-  printf "    token events delivered: off %.0f/s, on %.0f/s, ratio %.3f | server CPU per event: off %.2f us, on %.2f us (+%.2f us)\n",
-    o, k, k/o, oc, kc, kc-oc }'
+off=(); sock=(); srv=()
+for _ in $(seq "$REPS"); do
+  off+=("$(server_case off)"); sock+=("$(server_case sock)"); srv+=("$(server_case server-only)")
+done
+col() { printf '%s\n' "${@:2}" | awk -v c="$1" '{print $c}' | median; }
+o=$(col 1 "${off[@]}"); oc=$(col 2 "${off[@]}")
+for variant in "sock:every process traced (server and client)" "srv:server traced, client as if remote"; do
+  name=${variant%%:*}; label=${variant#*:}
+  if [ "$name" = sock ]; then k=$(col 1 "${sock[@]}"); kc=$(col 2 "${sock[@]}"); else k=$(col 1 "${srv[@]}"); kc=$(col 2 "${srv[@]}"); fi
+  awk -v l="$label" -v o="$o" -v k="$k" -v oc="$oc" -v kc="$kc" 'BEGIN {
+    printf "    %-44s delivered off %.0f/s on %.0f/s ratio %.3f | server CPU/event off %.2f us on %.2f us (%+.2f us)\n",
+      l, o, k, k/o, oc, kc, kc-oc }'
+done
 
 echo "== 4. in-kernel cost per call (kernel.bpf_stats_enabled: program run time / run count), default set"
 prog_cost() {  # $1 = label; rest = send-loop args

@@ -6,9 +6,10 @@ set -euo pipefail
 packages=(
   make g++ clang llvm libclang-rt-14-dev   # userspace, BPF objects, libFuzzer + sanitizers
   bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config
-  libcli11-dev nlohmann-json3-dev libsimdjson-dev
+  libcli11-dev nlohmann-json3-dev libsimdjson-dev libcpp-httplib-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  curl jq iproute2 python3 procps
+  curl jq iproute2 python3 python3-yaml procps util-linux
+  prometheus                               # the Prometheus integration test scrapes the agent
 )
 
 if [ "$(id -u)" -ne 0 ]; then

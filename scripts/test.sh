@@ -72,6 +72,13 @@ for f in build/fuzz/fuzz_*; do
 done
 run_gtest "integration tests (BPF, root)" build/integration_tests
 
+echo "== deploy manifests (offline validation)"
+if python3 tests/deploy/validate_manifests.py; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); failures+=("deploy manifests")
+fi
+
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   echo "== benchmark smoke (pipeline throughput)"
   if build/bench_pipeline --benchmark_min_time=0.2 >build/bench_smoke.log 2>&1; then

@@ -1,0 +1,565 @@
+// MetricsRegistry (Prometheus exposition) and HttpServer, from synthetic
+// StreamRecords: no BPF, no root.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "daemon/http_server.h"
+#include "daemon/metrics.h"
+
+// Specs below name only the fields they set (the Makefile also builds with
+// -Wno-missing-field-initializers).
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace infertap::daemon {
+namespace {
+
+using core::Role;
+using core::StreamEnd;
+using core::StreamRecord;
+using core::TimelineEvent;
+using protocol::EventKind;
+
+constexpr std::uint64_t kMs = 1'000'000;
+
+struct Spec {
+  Role role = Role::server;
+  std::string model = "sample";
+  std::string request_model;
+  std::string path = "/v1/chat/completions";
+  std::string comm = "sample-server";
+  std::optional<std::uint64_t> ttft_ns;
+  std::optional<std::uint64_t> e2e_ns;
+  std::vector<std::uint64_t> gaps_ns;  // between content events
+  std::uint64_t tokens = 0;
+  std::optional<double> tokens_per_s;
+  std::size_t stalls = 0;
+  StreamEnd end = StreamEnd::complete;
+};
+
+StreamRecord make_record(const Spec& s) {
+  StreamRecord r;
+  r.role = s.role;
+  r.model = s.model;
+  r.request_model = s.request_model;
+  r.path = s.path;
+  r.conn.comm = s.comm;
+  r.end = s.end;
+  r.metrics.ttft_ns = s.ttft_ns;
+  r.metrics.e2e_ns = s.e2e_ns;
+  r.metrics.tokens = s.tokens;
+  r.metrics.tokens_per_s = s.tokens_per_s;
+  r.metrics.stalls.resize(s.stalls);
+  // A role-only event first, a control event between every content event: only
+  // content events make gaps.
+  std::uint64_t t = 1'000 * kMs;
+  r.timeline.push_back(TimelineEvent{.ts_ns = t - 1, .kind = EventKind::role_only});
+  r.timeline.push_back(TimelineEvent{.ts_ns = t, .kind = EventKind::content});
+  for (std::uint64_t g : s.gaps_ns) {
+    r.timeline.push_back(TimelineEvent{.ts_ns = t + g / 2, .kind = EventKind::control});
+    t += g;
+    r.timeline.push_back(TimelineEvent{.ts_ns = t, .kind = EventKind::content});
+  }
+  r.timeline.push_back(TimelineEvent{.ts_ns = t + 1, .kind = EventKind::done});
+  if (s.gaps_ns.empty()) r.timeline.clear();
+  return r;
+}
+
+// ---- a small parser of the text format ---------------------------------------
+
+struct Sample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  std::string value;
+};
+
+const std::regex& sample_regex() {
+  // Prometheus text format 0.0.4: name{label="value",...} value [timestamp]
+  static const std::regex re(
+      R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*")(,[a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*")*,?\})? )"
+      R"(([-+]?[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?|[-+]?Inf|NaN)( -?[0-9]+)?$)");
+  return re;
+}
+
+// Parses one sample line (already checked against the regex), unescaping values.
+Sample parse_sample(const std::string& line) {
+  Sample s;
+  std::size_t i = 0;
+  while (i < line.size() && line[i] != '{' && line[i] != ' ') s.name += line[i++];
+  if (line[i] == '{') {
+    ++i;
+    while (line[i] != '}') {
+      std::string key;
+      while (line[i] != '=') key += line[i++];
+      i += 2;  // ="
+      std::string value;
+      while (line[i] != '"') {
+        if (line[i] == '\\') {
+          ++i;
+          value += line[i] == 'n' ? '\n' : line[i];
+        } else {
+          value += line[i];
+        }
+        ++i;
+      }
+      ++i;  // closing quote
+      if (line[i] == ',') ++i;
+      s.labels[key] = value;
+    }
+    ++i;
+  }
+  s.value = line.substr(i + 1);
+  return s;
+}
+
+struct Exposition {
+  std::vector<Sample> samples;
+  std::map<std::string, std::string> types;  // family -> type
+};
+
+std::string family_of(const std::string& name, const std::map<std::string, std::string>& types) {
+  if (types.count(name)) return name;
+  for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+    const std::string sfx(suffix);
+    if (name.size() > sfx.size() && name.compare(name.size() - sfx.size(), sfx.size(), sfx) == 0) {
+      const std::string base = name.substr(0, name.size() - sfx.size());
+      const auto it = types.find(base);
+      if (it != types.end() && it->second == "histogram") return base;
+    }
+  }
+  return "";
+}
+
+// Checks the format line by line (ADD_FAILURE on each violation) and returns the samples.
+Exposition parse_exposition(const std::string& text) {
+  Exposition e;
+  EXPECT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n') << "exposition must end with a newline";
+  std::istringstream in(text);
+  std::string line;
+  std::set<std::string> helped, finished;
+  std::string current;  // family whose samples are being read
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.rfind("# HELP ", 0) == 0) {
+      std::istringstream f(line.substr(7));
+      std::string name;
+      f >> name;
+      EXPECT_TRUE(helped.insert(name).second) << "line " << n << ": second HELP for " << name;
+      continue;
+    }
+    if (line.rfind("# TYPE ", 0) == 0) {
+      std::istringstream f(line.substr(7));
+      std::string name, type;
+      f >> name >> type;
+      EXPECT_TRUE(type == "counter" || type == "gauge" || type == "histogram" || type == "summary" ||
+                  type == "untyped")
+          << "line " << n << ": " << line;
+      EXPECT_TRUE(helped.count(name)) << "line " << n << ": TYPE before HELP for " << name;
+      EXPECT_FALSE(e.types.count(name)) << "line " << n << ": second TYPE for " << name;
+      if (!current.empty()) finished.insert(current);
+      current = name;
+      e.types[name] = type;
+      continue;
+    }
+    EXPECT_FALSE(line.empty()) << "line " << n << ": empty line";
+    EXPECT_NE(line[0], '#') << "line " << n << ": unknown comment: " << line;
+    if (line.empty() || line[0] == '#') continue;
+    if (!std::regex_match(line, sample_regex())) {
+      ADD_FAILURE() << "line " << n << " is not a Prometheus sample: " << line;
+      continue;
+    }
+    Sample s = parse_sample(line);
+    const std::string fam = family_of(s.name, e.types);
+    EXPECT_FALSE(fam.empty()) << "line " << n << ": sample before its HELP/TYPE: " << line;
+    EXPECT_EQ(fam, current) << "line " << n << ": family " << fam << " is not contiguous";
+    EXPECT_FALSE(finished.count(fam)) << "line " << n;
+    e.samples.push_back(std::move(s));
+  }
+  return e;
+}
+
+// The sample with this name and exactly these labels, or nullptr.
+const Sample* find(const Exposition& e, const std::string& name, const std::map<std::string, std::string>& labels) {
+  for (const Sample& s : e.samples) {
+    if (s.name == name && s.labels == labels) return &s;
+  }
+  return nullptr;
+}
+
+double value_of(const Exposition& e, const std::string& name, const std::map<std::string, std::string>& labels) {
+  const Sample* s = find(e, name, labels);
+  if (!s) {
+    ADD_FAILURE() << "no sample " << name;
+    return NAN;
+  }
+  return s->value == "+Inf" ? INFINITY : std::stod(s->value);
+}
+
+std::map<std::string, std::string> with(std::map<std::string, std::string> base, const std::string& k,
+                                        const std::string& v) {
+  base[k] = v;
+  return base;
+}
+
+const std::map<std::string, std::string> kSample = {
+    {"vantage", "server"}, {"model", "sample"}, {"route", "/v1/chat/completions"}, {"process", "sample-server"}};
+
+// Every histogram series: cumulative buckets, _count == +Inf bucket.
+void check_histograms(const Exposition& e) {
+  std::map<std::map<std::string, std::string>, std::vector<std::pair<double, double>>> buckets;  // key: name+labels
+  for (const Sample& s : e.samples) {
+    if (s.name.size() < 7 || s.name.compare(s.name.size() - 7, 7, "_bucket") != 0) continue;
+    auto labels = s.labels;
+    const std::string le = labels["le"];
+    labels.erase("le");
+    labels["__name__"] = s.name.substr(0, s.name.size() - 7);
+    buckets[labels].emplace_back(le == "+Inf" ? INFINITY : std::stod(le), std::stod(s.value));
+  }
+  for (auto& [key, bs] : buckets) {
+    ASSERT_FALSE(bs.empty());
+    EXPECT_TRUE(std::isinf(bs.back().first)) << "last bucket must be +Inf";
+    for (std::size_t i = 1; i < bs.size(); ++i) {
+      EXPECT_LT(bs[i - 1].first, bs[i].first) << "le not increasing";
+      EXPECT_LE(bs[i - 1].second, bs[i].second) << "buckets not cumulative";
+    }
+    auto labels = key;
+    const std::string name = labels["__name__"];
+    labels.erase("__name__");
+    EXPECT_EQ(value_of(e, name + "_count", labels), bs.back().second) << name;
+    EXPECT_NE(find(e, name + "_sum", labels), nullptr) << name;
+  }
+}
+
+// ---- registry ------------------------------------------------------------------
+
+TEST(MetricsRegistry, TtftBucketsAreCumulative) {
+  MetricsRegistry reg;
+  for (std::uint64_t ns : {4 * kMs, 5 * kMs, 200 * kMs, 20'000 * kMs}) {
+    reg.observe(make_record({.ttft_ns = ns}));
+  }
+  const Exposition e = parse_exposition(reg.render());
+  const std::string b = "gen_ai_server_time_to_first_token_seconds_bucket";
+  const std::vector<std::pair<std::string, double>> want = {
+      {"0.001", 0}, {"0.0025", 0}, {"0.005", 2}, {"0.0075", 2}, {"0.01", 2}, {"0.015", 2}, {"0.02", 2},
+      {"0.03", 2},  {"0.05", 2},   {"0.075", 2}, {"0.1", 2},    {"0.15", 2}, {"0.25", 3}, {"0.5", 3},
+      {"1", 3},     {"2.5", 3},    {"5", 3},     {"10", 3},     {"+Inf", 4}};
+  for (const auto& [le, count] : want) EXPECT_EQ(value_of(e, b, with(kSample, "le", le)), count) << "le=" << le;
+  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count", kSample), 4);
+  EXPECT_DOUBLE_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_sum", kSample), 20.209);
+  check_histograms(e);
+}
+
+TEST(MetricsRegistry, ItlOneObservationPerContentGap) {
+  MetricsRegistry reg;
+  reg.observe(make_record({.gaps_ns = {5 * kMs, 5 * kMs, 5 * kMs, 100 * kMs}}));
+  reg.observe(make_record({.gaps_ns = {3 * kMs}}));
+  reg.observe(make_record({}));  // no timeline: no ITL observation
+  const Exposition e = parse_exposition(reg.render());
+  const std::string b = "gen_ai_server_time_per_output_token_seconds_bucket";
+  EXPECT_EQ(value_of(e, b, with(kSample, "le", "0.0025")), 0);
+  EXPECT_EQ(value_of(e, b, with(kSample, "le", "0.005")), 4);
+  EXPECT_EQ(value_of(e, b, with(kSample, "le", "0.075")), 4);
+  EXPECT_EQ(value_of(e, b, with(kSample, "le", "0.1")), 5);
+  EXPECT_EQ(value_of(e, b, with(kSample, "le", "+Inf")), 5);
+  EXPECT_NEAR(value_of(e, "gen_ai_server_time_per_output_token_seconds_sum", kSample), 0.118, 1e-12);
+  EXPECT_EQ(value_of(e, "infertap_streams_total", with(kSample, "end", "complete")), 3);
+  check_histograms(e);
+}
+
+TEST(MetricsRegistry, E2eRateTokensStreamsStalls) {
+  MetricsRegistry reg;
+  reg.observe(make_record({.e2e_ns = 1500 * kMs, .tokens = 40, .tokens_per_s = 42.0, .stalls = 2}));
+  reg.observe(make_record({.e2e_ns = 90'000 * kMs, .tokens = 2, .end = StreamEnd::connection_closed}));
+  const Exposition e = parse_exposition(reg.render());
+  EXPECT_EQ(value_of(e, "gen_ai_server_request_duration_seconds_bucket", with(kSample, "le", "1")), 0);
+  EXPECT_EQ(value_of(e, "gen_ai_server_request_duration_seconds_bucket", with(kSample, "le", "2.5")), 1);
+  EXPECT_EQ(value_of(e, "gen_ai_server_request_duration_seconds_bucket", with(kSample, "le", "120")), 2);
+  EXPECT_EQ(value_of(e, "infertap_tokens_per_second_bucket", with(kSample, "le", "40")), 0);
+  EXPECT_EQ(value_of(e, "infertap_tokens_per_second_bucket", with(kSample, "le", "50")), 1);
+  EXPECT_EQ(value_of(e, "infertap_tokens_per_second_count", kSample), 1);
+  EXPECT_EQ(value_of(e, "infertap_stream_tokens_total", kSample), 42);
+  EXPECT_EQ(value_of(e, "infertap_streams_total", with(kSample, "end", "complete")), 1);
+  EXPECT_EQ(value_of(e, "infertap_streams_total", with(kSample, "end", "connection_closed")), 1);
+  EXPECT_EQ(value_of(e, "infertap_stalls_total", with(kSample, "cause", "unclassified")), 2);
+  EXPECT_EQ(e.types.at("infertap_streams_total"), "counter");
+  EXPECT_EQ(e.types.at("gen_ai_server_request_duration_seconds"), "histogram");
+  check_histograms(e);
+}
+
+TEST(MetricsRegistry, Labels) {
+  MetricsRegistry reg;
+  reg.observe(make_record({.role = Role::client,
+                           .model = "",
+                           .request_model = "llama-3",
+                           .path = "/v1/completions?stream=true#x",
+                           .comm = "curl",
+                           .ttft_ns = 1 * kMs}));
+  reg.observe(make_record({.role = Role::unknown, .model = "", .path = "", .comm = "", .ttft_ns = 1 * kMs}));
+  const Exposition e = parse_exposition(reg.render());
+  const std::map<std::string, std::string> client = {
+      {"vantage", "client"}, {"model", "llama-3"}, {"route", "/v1/completions"}, {"process", "curl"}};
+  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count", client), 1);
+  const std::map<std::string, std::string> unknown = {
+      {"vantage", "unknown"}, {"model", "unknown"}, {"route", "unknown"}, {"process", "unknown"}};
+  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count", unknown), 1);
+  EXPECT_EQ(route_of("/a/b?c=d"), "/a/b");
+  EXPECT_EQ(route_of("/a/b"), "/a/b");
+}
+
+TEST(MetricsRegistry, CardinalityCapFoldsToOther) {
+  MetricsConfig config;
+  config.max_label_values = 3;
+  MetricsRegistry reg(config);
+  for (int i = 0; i < 5; ++i) reg.observe(make_record({.model = "m" + std::to_string(i), .ttft_ns = kMs}));
+  reg.observe(make_record({.model = "m1", .ttft_ns = kMs}));  // already seen: kept
+  const Exposition e = parse_exposition(reg.render());
+  for (const char* m : {"m0", "m2"}) {
+    EXPECT_EQ(value_of(e, "infertap_streams_total", {{"vantage", "server"}, {"model", m},
+                                                     {"route", "/v1/chat/completions"}, {"process", "sample-server"},
+                                                     {"end", "complete"}}),
+              1);
+  }
+  EXPECT_EQ(value_of(e, "infertap_streams_total", with(with(kSample, "model", "m1"), "end", "complete")), 2);
+  EXPECT_EQ(find(e, "infertap_streams_total", with(with(kSample, "model", "m3"), "end", "complete")), nullptr);
+  EXPECT_EQ(value_of(e, "infertap_streams_total", with(with(kSample, "model", "other"), "end", "complete")), 2);
+  EXPECT_EQ(value_of(e, "infertap_label_overflow_total", {{"label", "model"}}), 2);
+  EXPECT_EQ(value_of(e, "infertap_label_overflow_total", {{"label", "route"}}), 0);
+  std::set<std::string> models;
+  for (const Sample& s : e.samples) {
+    if (s.labels.count("model")) models.insert(s.labels.at("model"));
+  }
+  EXPECT_EQ(models, (std::set<std::string>{"m0", "m1", "m2", "other"}));
+}
+
+TEST(MetricsRegistry, EscapingRoundTrips) {
+  MetricsRegistry reg;
+  const std::string model = "a\"b\\c\nd";
+  reg.observe(make_record({.model = model, .path = "/x\xff\xfe/y", .ttft_ns = kMs}));
+  const std::string text = reg.render();
+  EXPECT_NE(text.find(R"(model="a\"b\\c\nd")"), std::string::npos) << text;
+  const Exposition e = parse_exposition(text);
+  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count",
+                     with(with(kSample, "model", model), "route", "/x?" "?/y")),
+            1);
+  EXPECT_EQ(escape_label_value("\\\"\n"), "\\\\\\\"\\n");
+}
+
+TEST(MetricsRegistry, LongLabelValuesAreCut) {
+  MetricsConfig config;
+  config.max_label_bytes = 8;
+  MetricsRegistry reg(config);
+  reg.observe(make_record({.model = "0123456789abcdef", .ttft_ns = kMs}));
+  const Exposition e = parse_exposition(reg.render());
+  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count",
+                     {{"vantage", "server"}, {"model", "01234567"}, {"route", "/v1/chat"}, {"process", "sample-s"}}),
+            1);
+}
+
+TEST(MetricsRegistry, SelfMetrics) {
+  MetricsRegistry reg;
+  capture::CaptureStats cs;
+  cs.events = 1234;
+  cs.drops_ringbuf_full = 1;
+  cs.drops_args_map_full = 2;
+  cs.drops_conn_map_full = 3;
+  cs.drops_no_scratch = 4;
+  core::PipelineCounters pc;
+  pc.http_parse_errors = 5;
+  pc.decode_errors = 6;
+  reg.set_self(cs, pc, SelfExtra{.tracked_connections = 7, .sink_dropped_lines = 8});
+  StreamRecord r = make_record({});
+  r.parse_errors = 9;
+  reg.observe(r);
+  const Exposition e = parse_exposition(reg.render());
+  EXPECT_EQ(value_of(e, "infertap_kernel_events_total", {}), 1234);
+  EXPECT_EQ(value_of(e, "infertap_drops_total", {{"reason", "ringbuf_full"}}), 1);
+  EXPECT_EQ(value_of(e, "infertap_drops_total", {{"reason", "args_map_full"}}), 2);
+  EXPECT_EQ(value_of(e, "infertap_drops_total", {{"reason", "conn_map_full"}}), 3);
+  EXPECT_EQ(value_of(e, "infertap_drops_total", {{"reason", "no_scratch"}}), 4);
+  EXPECT_EQ(value_of(e, "infertap_parse_errors_total", {{"stage", "http"}}), 5);
+  EXPECT_EQ(value_of(e, "infertap_parse_errors_total", {{"stage", "decode"}}), 6);
+  EXPECT_EQ(value_of(e, "infertap_parse_errors_total", {{"stage", "sse"}}), 9);
+  EXPECT_EQ(value_of(e, "infertap_tracked_connections", {}), 7);
+  EXPECT_EQ(value_of(e, "infertap_sink_dropped_lines_total", {}), 8);
+  EXPECT_GT(value_of(e, "infertap_process_resident_memory_bytes", {}), 1 << 20);
+  EXPECT_GE(value_of(e, "infertap_process_cpu_seconds_total", {}), 0);
+  EXPECT_EQ(e.types.at("infertap_tracked_connections"), "gauge");
+  EXPECT_EQ(e.types.at("infertap_process_cpu_seconds_total"), "counter");
+}
+
+TEST(MetricsRegistry, EmptyRegistryIsValid) {
+  MetricsRegistry reg;
+  const Exposition e = parse_exposition(reg.render());
+  EXPECT_EQ(e.types.at("gen_ai_server_time_to_first_token_seconds"), "histogram");
+  EXPECT_EQ(value_of(e, "infertap_kernel_events_total", {}), 0);
+}
+
+TEST(MetricsRegistry, FormatDouble) {
+  EXPECT_EQ(format_double(0.001), "0.001");
+  EXPECT_EQ(format_double(0.0075), "0.0075");
+  EXPECT_EQ(format_double(10), "10");
+  EXPECT_EQ(format_double(INFINITY), "+Inf");
+  EXPECT_EQ(format_double(-INFINITY), "-Inf");
+  EXPECT_EQ(format_double(NAN), "NaN");
+}
+
+// Run under -fsanitize=thread to check the locking.
+TEST(MetricsRegistry, ConcurrentObserveAndRender) {
+  MetricsRegistry reg;
+  constexpr int kThreads = 3, kPerThread = 300;
+  std::atomic<bool> done{false};
+  std::thread renderer([&] {
+    while (!done.load()) {
+      const std::string text = reg.render();
+      ASSERT_FALSE(text.empty());
+      reg.set_self({}, {}, {});
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int t = 0; t < kThreads; ++t) {
+    writers.emplace_back([&reg, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        reg.observe(make_record({.model = "m" + std::to_string((t * kPerThread + i) % 7),
+                                 .ttft_ns = kMs * static_cast<std::uint64_t>(i % 50),
+                                 .gaps_ns = {kMs, 2 * kMs}}));
+      }
+    });
+  }
+  for (auto& w : writers) w.join();
+  done = true;
+  renderer.join();
+  const Exposition e = parse_exposition(reg.render());
+  double ttft = 0, itl = 0;
+  for (const Sample& s : e.samples) {
+    if (s.name == "gen_ai_server_time_to_first_token_seconds_count") ttft += std::stod(s.value);
+    if (s.name == "gen_ai_server_time_per_output_token_seconds_count") itl += std::stod(s.value);
+  }
+  EXPECT_EQ(ttft, kThreads * kPerThread);
+  EXPECT_EQ(itl, 2 * kThreads * kPerThread);
+  check_histograms(e);
+}
+
+// ---- HTTP server -------------------------------------------------------------------
+
+struct HttpReply {
+  int status = 0;
+  std::string headers;  // lower-cased
+  std::string body;
+};
+
+// Minimal HTTP/1.1 GET over a plain socket (Connection: close).
+HttpReply http_get(std::uint16_t port, const std::string& path) {
+  HttpReply reply;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return reply;
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return reply;
+  }
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return reply;
+  }
+  std::string raw;
+  char buf[8192];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) raw.append(buf, static_cast<std::size_t>(n));
+  close(fd);
+  const auto head_end = raw.find("\r\n\r\n");
+  if (raw.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos) return reply;
+  reply.status = std::stoi(raw.substr(9, 3));
+  reply.headers = raw.substr(0, head_end);
+  for (char& c : reply.headers) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  reply.body = raw.substr(head_end + 4);
+  return reply;
+}
+
+TEST(HttpServer, ServesMetricsHealthReady) {
+  MetricsRegistry reg;
+  reg.observe(make_record({.ttft_ns = 3 * kMs}));
+  std::string error;
+  auto server = HttpServer::start("127.0.0.1:0", reg, &error);
+  ASSERT_NE(server, nullptr) << error;
+  ASSERT_NE(server->port(), 0);
+
+  const HttpReply metrics = http_get(server->port(), "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.headers.find("content-type: text/plain; version=0.0.4"), std::string::npos) << metrics.headers;
+  const Exposition e = parse_exposition(metrics.body);
+  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_bucket", with(kSample, "le", "0.005")), 1);
+
+  EXPECT_EQ(http_get(server->port(), "/healthz").status, 200);
+  EXPECT_EQ(http_get(server->port(), "/readyz").status, 503);
+  server->set_ready(true);
+  EXPECT_EQ(http_get(server->port(), "/readyz").status, 200);
+  EXPECT_EQ(http_get(server->port(), "/nope").status, 404);
+
+  const std::uint16_t port = server->port();
+  server->stop();
+  server->stop();  // idempotent
+  EXPECT_EQ(http_get(port, "/healthz").status, 0) << "still answering after stop()";
+}
+
+TEST(HttpServer, PortTakenIsAClearError) {
+  std::string error;
+  auto first = HttpServer::start("127.0.0.1:0", [] { return std::string(); }, &error);
+  ASSERT_NE(first, nullptr) << error;
+  const std::string address = "127.0.0.1:" + std::to_string(first->port());
+  auto second = HttpServer::start(address, [] { return std::string(); }, &error);
+  EXPECT_EQ(second, nullptr);
+  EXPECT_NE(error.find(address), std::string::npos) << error;
+  EXPECT_NE(error.find("in use"), std::string::npos) << error;
+}
+
+TEST(HttpServer, StartStopRepeatedly) {
+  for (int i = 0; i < 20; ++i) {
+    std::string error;
+    auto s = HttpServer::start("127.0.0.1:0", [] { return std::string("x 1\n"); }, &error);
+    ASSERT_NE(s, nullptr) << error;
+  }
+}
+
+TEST(HttpServer, ParseListenAddress) {
+  std::string host, error;
+  std::uint16_t port = 1;
+  ASSERT_TRUE(parse_listen_address("127.0.0.1:9464", &host, &port, &error)) << error;
+  EXPECT_EQ(host, "127.0.0.1");
+  EXPECT_EQ(port, 9464);
+  ASSERT_TRUE(parse_listen_address(":0", &host, &port, &error)) << error;
+  EXPECT_EQ(host, "0.0.0.0");
+  EXPECT_EQ(port, 0);
+  ASSERT_TRUE(parse_listen_address("[::1]:80", &host, &port, &error)) << error;
+  EXPECT_EQ(host, "::1");
+  EXPECT_EQ(port, 80);
+  for (const char* bad : {"", "9464", "host:", "host:65536", "host:12x", "::1:80", "[::1]80", "[::1"}) {
+    EXPECT_FALSE(parse_listen_address(bad, &host, &port, &error)) << bad;
+    EXPECT_NE(error.find("bad listen address"), std::string::npos) << bad;
+  }
+  EXPECT_EQ(HttpServer::start("nonsense", [] { return std::string(); }, &error), nullptr);
+}
+
+}  // namespace
+}  // namespace infertap::daemon

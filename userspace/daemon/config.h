@@ -1,0 +1,96 @@
+// infertapd's configuration file (YAML; every key documented in
+// docs/configuration.md). Parsing is strict: an unknown key, a duplicate key, a
+// value of the wrong type or out of range is an error naming the key and its
+// line, so a typo never silently falls back to a default.
+//
+// Each YAML key maps to exactly one field below. Settings the capture and the
+// pipeline already model live in their own structs (capture::CaptureConfig,
+// core::PipelineConfig) so the daemon hands them over unchanged:
+//
+//   capture.*                      -> capture
+//   targeting.pids / .ports        -> capture.pids / capture.ports (also kept in targeting)
+//   targeting.cgroups              -> targeting.cgroups (paths; resolve_cgroup_ids() at start)
+//   stall.floor_ms / .ratio        -> pipeline.stall_floor_ns / pipeline.stall_ratio
+//   pipeline.*                     -> pipeline
+//   limits.max_connections         -> pipeline.max_connections
+//   limits.* (others), output.*, api.*, metrics.*, node_name -> the daemon's own structs
+//
+// Defaults equal infertapd's command-line defaults.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "capture/loader.h"
+#include "core/types.h"
+
+namespace infertap::daemon {
+
+struct OutputSettings {
+  // YAML key `stdout` (the C name `stdout` is a macro, hence to_stdout).
+  bool to_stdout = true;
+  std::string file;                            // "" = no file output
+  std::uint64_t rotate_bytes = 100ull << 20;   // 0 = never rotate
+  int keep_files = 5;                          // rotated files kept: file.1 .. file.N
+  bool timeline = false;                       // per-event timeline in each record
+};
+
+struct ApiSettings {
+  std::string socket = "/run/infertap/infertap.sock";  // unix socket of the query API
+};
+
+struct MetricsSettings {
+  std::string listen = "0.0.0.0:9464";  // Prometheus /metrics, /healthz, /readyz
+  std::size_t max_label_values = 50;    // distinct values per label before "other"
+};
+
+struct LimitSettings {
+  // limits.max_connections is pipeline.max_connections.
+  std::size_t max_streams_in_memory = 2000;     // finished records kept for the API
+  std::size_t sink_queue_lines = 65536;         // output queue, lines
+  std::uint64_t sink_queue_bytes = 64ull << 20;  // output queue, bytes
+};
+
+struct TargetingSettings {
+  std::vector<std::uint32_t> pids;    // also copied to capture.pids
+  std::vector<std::uint16_t> ports;   // also copied to capture.ports
+  std::vector<std::string> cgroups;   // cgroup v2 paths, absolute ("/kubepods.slice/..." or "/sys/fs/cgroup/...")
+  std::vector<std::string> process_name_patterns;  // fnmatch(3) globs on the process name (comm)
+};
+
+struct DaemonConfig {
+  capture::CaptureConfig capture;
+  core::PipelineConfig pipeline;
+  OutputSettings output;
+  ApiSettings api;
+  MetricsSettings metrics;
+  LimitSettings limits;
+  TargetingSettings targeting;
+  std::string node_name;  // "" = $NODE_NAME, else the host name (effective_node_name())
+};
+
+// Parses a YAML document. An empty document (or only comments) gives the
+// defaults. On failure returns nullopt and sets *error (when non-null) to one
+// line per problem, e.g.
+//   "capture.head_bytes: must be 16..4096, got 5000 (line 3)"
+//   "unknown key 'capture.head_byte' (line 3); known keys: attach, head_bytes, ..."
+std::optional<DaemonConfig> parse_config(const std::string& yaml_text, std::string* error);
+
+// Reads and parses a file; errors are prefixed with the path.
+std::optional<DaemonConfig> load_config(const std::string& path, std::string* error);
+
+// The node name records and metrics carry: config.node_name, else the NODE_NAME
+// environment variable (set by the DaemonSet from the downward API), else the
+// host name.
+std::string effective_node_name(const DaemonConfig& config);
+
+// cgroup v2 ids (directory inode numbers) of targeting.cgroups. A path not
+// under cgroup_root is taken relative to it. Returns false and sets *error
+// naming the path when one cannot be stat'ed.
+bool resolve_cgroup_ids(const std::vector<std::string>& paths, std::vector<std::uint64_t>* ids, std::string* error,
+                        const std::string& cgroup_root = "/sys/fs/cgroup");
+
+}  // namespace infertap::daemon

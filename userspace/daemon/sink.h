@@ -1,0 +1,144 @@
+// The output of infertapd's stream records: a bounded queue of NDJSON lines
+// drained by the sink's own writer thread to stdout and/or a file with
+// size-based rotation.
+//
+// The pipeline thread must never wait on a log consumer: offer() takes a lock
+// held only for a queue push or pop, never across I/O, and refuses (drops and
+// counts) a line when the queue is full. The writer writes every line whole and
+// in order (one thread, so lines from many producers never interleave); a line
+// is never split across a rotation.
+//
+// stdout that is a pipe, socket or terminal is written in chunks of at most
+// PIPE_BUF bytes, each after poll() reports room, so a consumer that stops
+// reading stalls only the writer thread, and shutdown can give up on it at a
+// deadline instead of hanging in write(). SIGPIPE is blocked in the writer
+// thread; a closed stdout (EPIPE) is counted and no longer written.
+//
+// Rotation (output.rotate_bytes > 0): before a line that would take the file
+// past rotate_bytes (unless the file is empty), the file is closed and renamed
+// file -> file.1 -> file.2 ... -> file.N (N = keep_files; the oldest falls off),
+// and a new file is opened. keep_files = 0 keeps no history (the file is
+// removed and started again). The file is opened O_APPEND, so a restarted agent
+// continues it.
+#pragma once
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/config.h"
+
+namespace infertap::daemon {
+
+struct SinkOptions {
+  bool to_stdout = true;
+  int stdout_fd = STDOUT_FILENO;  // where "stdout" lines go (tests pass a pipe); never closed by the sink
+  std::string file;               // "" = no file
+  std::uint64_t rotate_bytes = 100ull << 20;  // 0 = never rotate
+  int keep_files = 5;
+  std::size_t queue_lines = 65536;              // offer() drops beyond this many queued lines
+  std::uint64_t queue_bytes = 64ull << 20;      // ... or bytes (a single line is always accepted into an empty queue)
+  std::chrono::milliseconds shutdown_timeout{5000};  // how long the destructor drains
+};
+
+// output.*, limits.sink_queue_* of a daemon configuration.
+SinkOptions sink_options(const DaemonConfig& config);
+
+struct SinkCounters {
+  std::uint64_t written_lines = 0;  // lines written whole to every configured destination
+  std::uint64_t dropped_lines = 0;  // refused by offer() (queue full, sink closed), failed writes, abandoned at shutdown
+  std::uint64_t write_errors = 0;   // failed write / open / rename calls
+  std::uint64_t rotations = 0;
+  std::uint64_t queued_lines = 0;   // now in the queue (gauge)
+  std::uint64_t queued_bytes = 0;   // now in the queue (gauge)
+};
+
+class RecordSink {
+ public:
+  // Opens the file (created 0644 when missing, appended to otherwise) and starts
+  // the writer thread. Returns nullptr and sets *error when the file cannot be
+  // opened or is not a regular file, or stdout is requested but closed.
+  static std::unique_ptr<RecordSink> open(SinkOptions options, std::string* error);
+  // close(options.shutdown_timeout).
+  ~RecordSink();
+  RecordSink(const RecordSink&) = delete;
+  RecordSink& operator=(const RecordSink&) = delete;
+
+  // Queues one line (without its newline; the sink appends '\n'). Never blocks
+  // on I/O. Returns false, and counts the line as dropped, when the queue is
+  // full or the sink is closed. Thread-safe.
+  bool offer(std::string line);
+
+  // Waits until every line accepted before the call has been written (or has
+  // failed). Returns false on timeout. Thread-safe.
+  bool flush(std::chrono::milliseconds timeout);
+
+  // Stops accepting lines, writes what is queued until the deadline, then
+  // stops the writer thread and closes the file. A destination that stays
+  // unwritable past the deadline is abandoned and the lines it did not get are
+  // counted as dropped. Returns true when everything accepted was written.
+  // Idempotent (later calls return the first result).
+  bool close(std::chrono::milliseconds timeout);
+
+  std::uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  SinkCounters counters() const;
+  // The last write/open/rename error ("" = none), for the log.
+  std::string last_error() const;
+
+ private:
+  explicit RecordSink(SinkOptions options);
+  void run();
+  void write_batch(const std::string& buf, const std::vector<std::size_t>& ends);
+  std::size_t write_file(const std::string& buf, const std::vector<std::size_t>& ends);
+  std::size_t write_stdout(const std::string& buf, const std::vector<std::size_t>& ends);
+  bool write_file_range(const std::string& buf, std::size_t from, std::size_t to);
+  bool open_file(std::string* error);
+  void rotate();
+  bool wait_writable(int fd);
+  void set_error(std::string message);
+
+  const SinkOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;  // writer: lines queued or stop
+  std::condition_variable done_cv_;  // flush(): processed_ advanced
+  std::deque<std::string> queue_;
+  std::uint64_t queued_bytes_ = 0;
+  std::uint64_t accepted_ = 0;   // lines ever queued
+  std::uint64_t processed_ = 0;  // lines taken by the writer and finished
+  bool writer_waiting_ = false;
+  bool closing_ = false;
+
+  std::mutex close_mu_;  // serialises close(); guards the two below
+  bool closed_ = false;
+  bool close_result_ = false;
+
+  std::atomic<bool> stop_{false};
+  std::atomic<std::int64_t> deadline_ns_{INT64_MAX};  // steady clock; writer gives up on stalls after it
+
+  std::atomic<std::uint64_t> written_{0}, dropped_{0}, write_errors_{0}, rotations_{0};
+  std::atomic<std::uint64_t> writer_dropped_{0};  // the part of dropped_ accepted but not written
+
+  mutable std::mutex error_mu_;
+  std::string last_error_;
+
+  // Writer thread only.
+  int file_fd_ = -1;
+  std::uint64_t file_size_ = 0;
+  bool stdout_live_ = true;
+  bool stdout_regular_ = false;
+
+  std::thread writer_;
+};
+
+}  // namespace infertap::daemon

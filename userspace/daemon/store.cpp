@@ -1,0 +1,514 @@
+#include "daemon/store.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <map>
+#include <tuple>
+#include <utility>
+
+namespace infertap::daemon {
+namespace {
+
+using json = nlohmann::json;
+
+std::optional<double> ms_of(const std::optional<std::uint64_t>& ns) {
+  if (!ns) return std::nullopt;
+  return static_cast<double>(*ns) / 1e6;
+}
+
+json opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+bool is_hex(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  });
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Aggregates one group of record summaries.
+struct Group {
+  std::uint64_t streams = 0, partial = 0, errors = 0, tokens = 0, stalls = 0, streams_with_stalls = 0;
+  std::vector<double> ttft, itl50, itl95, itl99, rate;
+
+  void add(const RecordSummary& s) {
+    ++streams;
+    partial += s.partial;
+    errors += s.error;
+    tokens += s.tokens;
+    stalls += s.stalls;
+    streams_with_stalls += s.stalls > 0;
+    if (s.ttft_ms) ttft.push_back(*s.ttft_ms);
+    if (s.itl_p50_ms) itl50.push_back(*s.itl_p50_ms);
+    if (s.itl_p95_ms) itl95.push_back(*s.itl_p95_ms);
+    if (s.itl_p99_ms) itl99.push_back(*s.itl_p99_ms);
+    if (s.tokens_per_s) rate.push_back(*s.tokens_per_s);
+  }
+};
+
+}  // namespace
+
+core::TimestampNs monotonic_now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<core::TimestampNs>(ts.tv_sec) * 1'000'000'000ull + static_cast<core::TimestampNs>(ts.tv_nsec);
+}
+
+std::optional<double> percentile_of(std::vector<double>& values, double p) {
+  if (values.empty()) return std::nullopt;
+  std::sort(values.begin(), values.end());
+  const double rank = std::ceil(p / 100.0 * static_cast<double>(values.size()));
+  const std::size_t index = rank < 1 ? 0 : std::min(values.size() - 1, static_cast<std::size_t>(rank) - 1);
+  return values[index];
+}
+
+std::optional<GroupBy> parse_group_by(std::string_view name) {
+  if (name == "model") return GroupBy::model;
+  if (name == "route") return GroupBy::route;
+  if (name == "process") return GroupBy::process;
+  if (name == "container") return GroupBy::container;
+  return std::nullopt;
+}
+
+std::string_view to_string(GroupBy by) {
+  switch (by) {
+    case GroupBy::model: return "model";
+    case GroupBy::route: return "route";
+    case GroupBy::process: return "process";
+    case GroupBy::container: return "container";
+  }
+  return "model";
+}
+
+std::string route_key(std::string_view path) {
+  const std::size_t q = path.find_first_of("?#");
+  if (q != std::string_view::npos) path = path.substr(0, q);
+  return path.empty() ? "(none)" : std::string(path);
+}
+
+std::string process_key(std::string_view comm, std::uint32_t pid) {
+  return std::string(comm.empty() ? "?" : comm) + "[" + std::to_string(pid) + "]";
+}
+
+std::string model_key(std::string_view model) { return model.empty() ? "(unknown)" : std::string(model); }
+
+std::string container_key(std::string_view cgroup) {
+  while (!cgroup.empty() && cgroup.back() == '/') cgroup.remove_suffix(1);
+  if (cgroup.empty()) return "(host)";
+  const std::size_t slash = cgroup.rfind('/');
+  std::string_view leaf = slash == std::string_view::npos ? cgroup : cgroup.substr(slash + 1);
+  std::string_view parent;
+  if (slash != std::string_view::npos && slash > 0) {
+    std::string_view up = cgroup.substr(0, slash);
+    const std::size_t s2 = up.rfind('/');
+    parent = s2 == std::string_view::npos ? up : up.substr(s2 + 1);
+  }
+  if (ends_with(leaf, ".scope")) leaf.remove_suffix(6);
+  // "docker-<id>", "cri-containerd-<id>", "crio-<id>", "libpod-<id>": runtime + short id.
+  const std::size_t dash = leaf.rfind('-');
+  if (dash != std::string_view::npos && dash > 0 && leaf.size() - dash - 1 >= 32 && is_hex(leaf.substr(dash + 1))) {
+    return std::string(leaf.substr(0, dash)) + ":" + std::string(leaf.substr(dash + 1, 12));
+  }
+  // cgroupfs driver: "/docker/<id>".
+  if (leaf.size() >= 32 && is_hex(leaf)) {
+    return std::string(parent.empty() ? "container" : parent) + ":" + std::string(leaf.substr(0, 12));
+  }
+  return std::string(leaf);
+}
+
+RecordSummary summarize(const core::StreamRecord& r) {
+  RecordSummary s;
+  s.id = std::to_string(r.conn.generation) + "-" + std::to_string(r.stream_seq);
+  s.comm = r.conn.comm;
+  s.pid = r.conn.pid;
+  s.model = r.model;
+  s.path = r.path;
+  s.cgroup = r.conn.cgroup_path;
+  s.role = r.role;
+  s.end_ns = r.end_ns;
+  s.ttft_ms = ms_of(r.metrics.ttft_ns);
+  s.itl_p50_ms = ms_of(r.metrics.itl_p50_ns);
+  s.itl_p95_ms = ms_of(r.metrics.itl_p95_ns);
+  s.itl_p99_ms = ms_of(r.metrics.itl_p99_ns);
+  s.tokens_per_s = r.metrics.tokens_per_s;
+  s.tokens = r.metrics.tokens;
+  s.stalls = static_cast<std::uint32_t>(r.metrics.stalls.size());
+  s.partial = r.end != core::StreamEnd::complete;
+  s.error = r.status >= 400 || !r.error_type.empty();
+  return s;
+}
+
+// ---------------------------------------------------------------- Subscription
+
+Subscription::Line Subscription::pop(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [this] { return !queue_.empty() || closed_; });
+  if (queue_.empty()) return nullptr;
+  Line line = std::move(queue_.front());
+  queue_.pop_front();
+  return line;
+}
+
+bool Subscription::push(Line line) {
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return true;
+    if (queue_.size() >= capacity_) {
+      ++dropped_total_;
+      ++dropped_unreported_;
+      return false;
+    }
+    queue_.push_back(std::move(line));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+std::uint64_t Subscription::dropped() const {
+  std::lock_guard lock(mu_);
+  return dropped_total_;
+}
+
+std::uint64_t Subscription::take_dropped() {
+  std::lock_guard lock(mu_);
+  return std::exchange(dropped_unreported_, 0);
+}
+
+void Subscription::close() {
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool Subscription::closed() const {
+  std::lock_guard lock(mu_);
+  return closed_;
+}
+
+// ---------------------------------------------------------------- RecordStore
+
+RecordStore::RecordStore(StoreOptions options) : options_(std::move(options)) {
+  if (options_.capacity == 0) options_.capacity = 1;
+  if (options_.subscriber_queue == 0) options_.subscriber_queue = 1;
+  counters_.capacity = options_.capacity;
+}
+
+RecordStore::~RecordStore() {
+  std::lock_guard lock(mu_);
+  for (auto& weak : subscribers_) {
+    if (SubscriptionPtr sub = weak.lock()) sub->close();
+  }
+}
+
+void RecordStore::add(const core::StreamRecord& record) {
+  // Render outside the lock. The timeline is the last member of the rendered
+  // object: split it off so lists carry summaries and `show` the timeline.
+  output::RenderOptions render;
+  render.timeline = true;
+  render.host = options_.host;
+  std::string full = output::render_stream(record, options_.clock, render);
+  static constexpr std::string_view kKey = ",\"timeline\":";
+  auto line = std::make_shared<std::string>();
+  std::shared_ptr<const std::string> timeline;
+  const std::size_t at = full.rfind(kKey);
+  if (at != std::string::npos && full.back() == '}') {
+    const std::size_t tl_begin = at + kKey.size();
+    const std::size_t tl_size = full.size() - 1 - tl_begin;
+    if (tl_size <= options_.max_record_timeline_bytes) {
+      timeline = std::make_shared<const std::string>(full, tl_begin, tl_size);
+    }
+    full.resize(at);
+    full.push_back('}');
+  }
+  *line = std::move(full);
+  std::shared_ptr<const std::string> shared_line = std::move(line);
+  const bool timeline_dropped_at_add = !timeline && !record.timeline.empty();
+  Entry entry{summarize(record), shared_line, timeline};
+
+  std::lock_guard lock(mu_);
+  ++counters_.added;
+  if (timeline_dropped_at_add) ++counters_.timelines_dropped;
+  if (timeline) counters_.timeline_bytes += timeline->size();
+  entries_.push_back(std::move(entry));
+  while (entries_.size() > options_.capacity) {
+    if (entries_.front().timeline) counters_.timeline_bytes -= entries_.front().timeline->size();
+    entries_.pop_front();
+    ++counters_.evicted;
+  }
+  trim_timelines_locked();
+
+  std::shared_ptr<const std::string> with_timeline;
+  std::size_t live_subs = 0;
+  for (auto it = subscribers_.begin(); it != subscribers_.end();) {
+    SubscriptionPtr sub = it->lock();
+    if (!sub || sub->closed()) {
+      it = subscribers_.erase(it);
+      continue;
+    }
+    ++live_subs;
+    Subscription::Line out = shared_line;
+    if (sub->wants_timeline() && timeline) {
+      if (!with_timeline) {
+        std::string joined(*shared_line, 0, shared_line->size() - 1);
+        joined += kKey;
+        joined += *timeline;
+        joined.push_back('}');
+        with_timeline = std::make_shared<const std::string>(std::move(joined));
+      }
+      out = with_timeline;
+    }
+    if (!sub->push(std::move(out))) ++counters_.subscriber_drops;
+    ++it;
+  }
+  counters_.subscribers = live_subs;
+}
+
+void RecordStore::trim_timelines_locked() {
+  for (Entry& e : entries_) {
+    if (counters_.timeline_bytes <= options_.timeline_budget_bytes) break;
+    if (e.timeline) {
+      counters_.timeline_bytes -= e.timeline->size();
+      e.timeline.reset();
+      ++counters_.timelines_dropped;
+    }
+  }
+}
+
+void RecordStore::set_live(std::vector<LiveStream> live) {
+  std::lock_guard lock(mu_);
+  live_ = std::move(live);
+}
+
+std::vector<std::shared_ptr<const std::string>> RecordStore::recent(std::size_t limit) const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<const std::string>> out;
+  out.reserve(std::min(limit, entries_.size()));
+  for (auto it = entries_.rbegin(); it != entries_.rend() && out.size() < limit; ++it) out.push_back(it->line);
+  return out;
+}
+
+std::string RecordStore::recent_json(std::size_t limit) const {
+  const auto lines = recent(limit);
+  std::string out = "[";
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (i) out.push_back(',');
+    out += *lines[i];
+  }
+  out.push_back(']');
+  return out;
+}
+
+std::optional<RecordStore::Found> RecordStore::find(std::string_view id) const {
+  std::shared_ptr<const std::string> line, timeline;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+      if (it->summary.id == id) {
+        line = it->line;
+        timeline = it->timeline;
+        break;
+      }
+    }
+  }
+  if (!line) return std::nullopt;
+  Found found;
+  found.timeline_kept = timeline != nullptr;
+  if (!timeline) {
+    found.line = *line;
+    return found;
+  }
+  found.line.reserve(line->size() + timeline->size() + 16);
+  found.line.append(*line, 0, line->size() - 1);
+  found.line += ",\"timeline\":";
+  found.line += *timeline;
+  found.line.push_back('}');
+  return found;
+}
+
+std::vector<LiveStream> RecordStore::live() const {
+  std::lock_guard lock(mu_);
+  return live_;
+}
+
+json RecordStore::live_json(core::TimestampNs now_ns) const {
+  std::vector<LiveStream> live = this->live();
+  std::sort(live.begin(), live.end(), [](const LiveStream& a, const LiveStream& b) { return a.started_ns < b.started_ns; });
+  json out = json::array();
+  for (const LiveStream& l : live) {
+    const auto since = [&](core::TimestampNs t) -> json {
+      if (!t || t > now_ns) return t ? json(0.0) : json(nullptr);
+      return static_cast<double>((now_ns - t) / 1000) / 1000.0;
+    };
+    out.push_back(json{{"id", l.id},
+                       {"pid", l.pid},
+                       {"comm", l.comm},
+                       {"path", l.path},
+                       {"model", l.model},
+                       {"role", core::to_string(l.role)},
+                       {"started_ns", l.started_ns},
+                       {"age_ms", since(l.started_ns)},
+                       {"events", l.events},
+                       {"last_event_ns", l.last_event_ns},
+                       {"idle_ms", since(l.last_event_ns)},
+                       {"first_token", l.first_token_ns != 0},
+                       {"cgroup", l.cgroup}});
+  }
+  return out;
+}
+
+namespace {
+
+json group_json(const std::string& key, Group& g) {
+  return json{{"key", key},
+              {"streams", g.streams},
+              {"partial", g.partial},
+              {"errors", g.errors},
+              {"ttft_p50_ms", opt(percentile_of(g.ttft, 50))},
+              {"ttft_p95_ms", opt(percentile_of(g.ttft, 95))},
+              {"itl_p50_ms", opt(percentile_of(g.itl50, 50))},
+              {"itl_p95_ms", opt(percentile_of(g.itl95, 95))},
+              {"itl_p99_ms", opt(percentile_of(g.itl99, 99))},
+              {"tokens", g.tokens},
+              {"tokens_per_s_p50", opt(percentile_of(g.rate, 50))},
+              {"stalls", g.stalls},
+              {"streams_with_stalls", g.streams_with_stalls}};
+}
+
+std::string key_of(const RecordSummary& s, GroupBy by) {
+  switch (by) {
+    case GroupBy::model: return model_key(s.model);
+    case GroupBy::route: return route_key(s.path);
+    case GroupBy::process: return process_key(s.comm, s.pid);
+    case GroupBy::container: return container_key(s.cgroup);
+  }
+  return {};
+}
+
+}  // namespace
+
+json RecordStore::stats(GroupBy by) const {
+  std::map<std::string, Group> groups;
+  Group all;
+  core::TimestampNs from = 0, to = 0;
+  {
+    std::lock_guard lock(mu_);
+    for (const Entry& e : entries_) {
+      groups[key_of(e.summary, by)].add(e.summary);
+      all.add(e.summary);
+      if (!from || e.summary.end_ns < from) from = e.summary.end_ns;
+      to = std::max(to, e.summary.end_ns);
+    }
+  }
+  std::vector<json> rows;
+  for (auto& [key, g] : groups) rows.push_back(group_json(key, g));
+  std::stable_sort(rows.begin(), rows.end(), [](const json& a, const json& b) {
+    return a["streams"].get<std::uint64_t>() > b["streams"].get<std::uint64_t>();
+  });
+  json out;
+  out["by"] = to_string(by);
+  out["records"] = all.streams;
+  out["from_ns"] = from ? json(from) : json(nullptr);
+  out["to_ns"] = to ? json(to) : json(nullptr);
+  out["groups"] = rows;
+  out["total"] = group_json("(all)", all);
+  return out;
+}
+
+json RecordStore::top(core::TimestampNs now_ns, std::uint64_t window_ns) const {
+  using Key = std::tuple<std::string, std::string, std::string>;  // process, model, route
+  struct Row {
+    Group g;
+    std::uint64_t live = 0;
+  };
+  std::map<Key, Row> rows;
+  const core::TimestampNs since = now_ns > window_ns ? now_ns - window_ns : 0;
+  std::uint64_t live_total = 0;
+  Group all;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+      const RecordSummary& s = it->summary;
+      if (s.end_ns < since || s.end_ns > now_ns) continue;
+      rows[Key{process_key(s.comm, s.pid), model_key(s.model), route_key(s.path)}].g.add(s);
+      all.add(s);
+    }
+    for (const LiveStream& l : live_) {
+      ++rows[Key{process_key(l.comm, l.pid), model_key(l.model), route_key(l.path)}].live;
+      ++live_total;
+    }
+  }
+  const double window_s = static_cast<double>(window_ns) / 1e9;
+  std::vector<json> out_rows;
+  for (auto& [key, row] : rows) {
+    json j = group_json("", row.g);
+    j.erase("key");
+    j["process"] = std::get<0>(key);
+    j["model"] = std::get<1>(key);
+    j["route"] = std::get<2>(key);
+    j["live"] = row.live;
+    j["tokens_per_s"] = window_s > 0 ? static_cast<double>(row.g.tokens) / window_s : 0.0;
+    out_rows.push_back(std::move(j));
+  }
+  std::stable_sort(out_rows.begin(), out_rows.end(), [](const json& a, const json& b) {
+    const auto weight = [](const json& j) { return j["live"].get<std::uint64_t>() + j["streams"].get<std::uint64_t>(); };
+    return weight(a) > weight(b);
+  });
+  json out;
+  out["window_s"] = window_s;
+  out["now_ns"] = now_ns;
+  out["live"] = live_total;
+  out["streams"] = all.streams;
+  out["tokens"] = all.tokens;
+  out["tokens_per_s"] = window_s > 0 ? static_cast<double>(all.tokens) / window_s : 0.0;
+  out["stalls"] = all.stalls;
+  out["rows"] = out_rows;
+  return out;
+}
+
+SubscriptionPtr RecordStore::subscribe(bool timeline, std::size_t queue) {
+  auto sub = std::make_shared<Subscription>(queue ? queue : options_.subscriber_queue, timeline);
+  std::lock_guard lock(mu_);
+  subscribers_.push_back(sub);
+  std::size_t n = 0;
+  for (auto& weak : subscribers_) n += !weak.expired();
+  counters_.subscribers = n;
+  return sub;
+}
+
+StoreCounters RecordStore::counters() const {
+  std::lock_guard lock(mu_);
+  StoreCounters c = counters_;
+  c.records = entries_.size();
+  c.live = live_.size();
+  c.subscribers = 0;
+  for (auto& weak : subscribers_) {
+    SubscriptionPtr sub = weak.lock();
+    c.subscribers += sub && !sub->closed();
+  }
+  return c;
+}
+
+json RecordStore::counters_json() const {
+  const StoreCounters c = counters();
+  return json{{"records", c.records},
+              {"capacity", c.capacity},
+              {"added", c.added},
+              {"evicted", c.evicted},
+              {"timeline_bytes", c.timeline_bytes},
+              {"timelines_dropped", c.timelines_dropped},
+              {"live", c.live},
+              {"subscribers", c.subscribers},
+              {"subscriber_drops", c.subscriber_drops}};
+}
+
+std::size_t RecordStore::size() const {
+  std::lock_guard lock(mu_);
+  return entries_.size();
+}
+
+}  // namespace infertap::daemon
