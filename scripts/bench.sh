@@ -23,7 +23,7 @@ build/bench_pipeline --benchmark_min_time=0.5 --benchmark_repetitions=5 --benchm
 agent_pid=
 agent_on() {  # $1 = attach method
   rm -f "$work/ready"
-  build/infertapd --attach "$1" -o /dev/null --ready-file "$work/ready" 2>"$work/agent.log" &
+  build/infertapd --attach "$1" -o /dev/null --socket "" --metrics-listen "" --ready-file "$work/ready" 2>"$work/agent.log" &
   agent_pid=$!
   for _ in $(seq 200); do [ -e "$work/ready" ] && return; sleep 0.05; done
   cat "$work/agent.log" >&2; exit 1
@@ -60,7 +60,7 @@ echo "== 3. sample server at a high chunk rate: 40 streams x 1 ms ITL (40k event
 # event (utime+stime from /proc): the in-kernel cost the traced server pays.
 agent_on_pid() {  # $1 = pid: trace only that process (the others cost one check)
   rm -f "$work/ready"
-  build/infertapd --pid "$1" -o /dev/null --ready-file "$work/ready" 2>"$work/agent.log" &
+  build/infertapd --pid "$1" -o /dev/null --socket "" --metrics-listen "" --ready-file "$work/ready" 2>"$work/agent.log" &
   agent_pid=$!
   for _ in $(seq 200); do [ -e "$work/ready" ] && return; sleep 0.05; done
   cat "$work/agent.log" >&2; exit 1

@@ -10,7 +10,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 scripts/setup.sh >/dev/null
-make -j"$(nproc)" build/infertapd build/sample-server build/sample-client >/dev/null
+make -j"$(nproc)" build/infertapd build/infertap build/sample-server build/sample-client >/dev/null
 
 work=$(mktemp -d)
 cleanup() { kill "${server_pid:-}" "${agent_pid:-}" 2>/dev/null || true; wait 2>/dev/null || true; }
@@ -18,7 +18,8 @@ trap cleanup EXIT
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 echo "== starting infertapd (traces port $port)"
-build/infertapd --port "$port" --timeline --stats --ready-file "$work/ready" -o "$work/records.ndjson" 2>"$work/agent.log" &
+build/infertapd --port "$port" --timeline --stats --ready-file "$work/ready" -o "$work/records.ndjson" \
+  --socket "$work/infertap.sock" --metrics-listen 127.0.0.1:0 2>"$work/agent.log" &
 agent_pid=$!
 for _ in $(seq 100); do [ -e "$work/ready" ] && break; sleep 0.1; done
 [ -e "$work/ready" ] || { cat "$work/agent.log"; exit 1; }
@@ -34,21 +35,24 @@ build/sample-client --port "$port" --concurrency 3 --tokens 24 --model demo-llam
 curl -sN -X POST "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"model":"demo-llama-8b","stream":true,"max_tokens":16}' >/dev/null
 sleep 0.2
+echo
+echo "== infertap streams (the CLI asks the running daemon):"
+build/infertap --socket "$work/infertap.sock" streams -n 8 || true
+first=$(jq -r 'select(.role == "server") | .stream_id' "$work/records.ndjson" | head -1)
+if [ -n "$first" ]; then
+  echo
+  echo "== infertap show $first (a server stream; the injected 300 ms pause is the stall):"
+  build/infertap --socket "$work/infertap.sock" show "$first" || true
+fi
 kill -TERM "$agent_pid"; wait "$agent_pid" || true; agent_pid=
 kill -TERM "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=
 
 echo
-echo "== stream records (NDJSON; payload text is never captured):"
-jq -c 'del(.timeline)' "$work/records.ndjson"
+echo "== stream records (NDJSON, first two shown without their timelines; payload text is never captured):"
+jq -c 'del(.timeline)' "$work/records.ndjson" | head -2
 echo
 echo "== per stream, as measured in the kernel:"
 jq -r '"\(.role)/\(.vantage) \(.comm) pid \(.pid) \(.path) model=\(.model) ttft=\(.ttft_ms)ms itl_p50=\(.itl_p50_ms)ms itl_max=\(.itl_max_ms)ms tokens=\(.tokens)(\(.token_source)) rate=\(.tokens_per_s|floor) tok/s stalls=\(.stalls|length) end=\(.end)"' "$work/records.ndjson"
 echo
-echo "== timeline of the first server stream (ms after request end; each # = 10 ms of gap since the previous event):"
-jq -s -r 'map(select(.role == "server")) | .[0] as $r | $r.timeline[] |
-  [.i, .kind, ((.ts_ns - $r.request_end_ns) / 1e5 | floor) / 10, .bytes] | @tsv' "$work/records.ndjson" |
-  awk -F'\t' 'BEGIN {prev = 0}
-    { gap = $3 - prev; prev = $3; bar = ""; for (i = 0; i < gap / 10 && i < 60; i++) bar = bar "#";
-      printf "%4s %-10s %9.1f ms %5s B  %s\n", $1, $2, $3, $4, bar }'
 echo
 grep "stats" "$work/agent.log" || true

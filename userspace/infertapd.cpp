@@ -1,6 +1,10 @@
 // infertapd: attaches the kernel capture, rebuilds per-stream timelines and
-// writes one NDJSON record per finished stream.
-#include <sys/stat.h>
+// writes one NDJSON record per finished stream; serves the query API (unix
+// socket, for the `infertap` CLI) and Prometheus metrics.
+//
+// Threads: this one owns the capture and the pipeline (single-threaded by
+// design); the sink, the API and the HTTP endpoint have their own and only see
+// finished records or snapshots taken here.
 #include <unistd.h>
 
 #include <atomic>
@@ -10,20 +14,33 @@
 #include <ctime>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "capture/loader.h"
 #include "core/pipeline.h"
+#include "daemon/api.h"
+#include "daemon/config.h"
+#include "daemon/http_server.h"
+#include "daemon/metrics.h"
+#include "daemon/sink.h"
+#include "daemon/store.h"
 #include "output/ndjson.h"
 
 namespace {
 
-std::atomic<bool> g_stop{false};  // set by SIGINT/SIGTERM; the only process-wide state
+using namespace infertap;
 
-void on_signal(int) { g_stop.store(true); }
+// Set by signal handlers; the only process-wide state.
+std::atomic<bool> g_stop{false};
+std::atomic<bool> g_reload{false};
+
+void on_stop(int) { g_stop.store(true); }
+void on_hup(int) { g_reload.store(true); }
 
 std::uint64_t monotonic_ns() {
   timespec ts{};
@@ -41,156 +58,298 @@ std::string read_cgroup_path(std::uint32_t pid) {
   return {};
 }
 
-// cgroup v2 id of a cgroup directory is its inode number.
-bool cgroup_id_of(const std::string& path, std::uint64_t* id, std::string* error) {
-  std::string full = path.rfind("/sys/fs/cgroup", 0) == 0 ? path : "/sys/fs/cgroup" + path;
-  struct stat st {};
-  if (stat(full.c_str(), &st) != 0) {
-    *error = "cgroup " + full + ": " + std::strerror(errno);
-    return false;
-  }
-  *id = st.st_ino;
-  return true;
+void log(const std::string& message) { std::fprintf(stderr, "infertapd: %s\n", message.c_str()); }
+
+nlohmann::json counters_json(const capture::CaptureStats& k, const core::PipelineCounters& p,
+                             const daemon::SinkCounters& s) {
+  return {
+      {"kernel",
+       {{"syscalls_seen", k.syscalls_seen},
+        {"not_tcp", k.not_tcp},
+        {"muted", k.muted},
+        {"events", k.events},
+        {"sockets_followed", k.sockets_followed},
+        {"sockets_muted", k.sockets_muted},
+        {"drops", {{"ringbuf_full", k.drops_ringbuf_full}, {"args_map_full", k.drops_args_map_full},
+                   {"conn_map_full", k.drops_conn_map_full}, {"no_scratch", k.drops_no_scratch}}}}},
+      {"pipeline",
+       {{"records", p.records},
+        {"data_events", p.data_events},
+        {"state_events", p.state_events},
+        {"decode_errors", p.decode_errors},
+        {"connections_opened", p.connections_opened},
+        {"connections_evicted", p.connections_evicted},
+        {"connections_muted", p.connections_muted},
+        {"http_parse_errors", p.http_parse_errors},
+        {"streams_started", p.streams_started},
+        {"streams_completed", p.streams_completed},
+        {"streams_partial", p.streams_partial},
+        {"non_stream_responses", p.non_stream_responses},
+        {"sse_events", p.sse_events},
+        {"bytes_lost", p.bytes_lost},
+        {"bytes_not_captured", p.bytes_not_captured}}},
+      {"sink",
+       {{"written_lines", s.written_lines},
+        {"dropped_lines", s.dropped_lines},
+        {"write_errors", s.write_errors},
+        {"rotations", s.rotations}}},
+  };
 }
 
-std::string hostname() {
-  char buf[256] = {};
-  gethostname(buf, sizeof buf - 1);
-  return buf;
+std::vector<daemon::LiveStream> live_streams(const core::Pipeline& pipeline) {
+  std::vector<daemon::LiveStream> live;
+  pipeline.for_each_active_stream([&](const core::StreamRecord& r) {
+    daemon::LiveStream s;
+    s.id = std::to_string(r.conn.generation) + "-" + std::to_string(r.stream_seq);
+    s.pid = r.conn.pid;
+    s.comm = r.conn.comm;
+    s.path = r.path;
+    s.model = r.model;
+    s.role = r.role;
+    s.started_ns = r.request_start_ns ? r.request_start_ns : r.response_head_ns;
+    s.events = static_cast<std::uint32_t>(r.timeline.size());
+    s.last_event_ns = r.last_event_ns;
+    s.first_token_ns = r.first_token_ns;
+    s.cgroup = r.conn.cgroup_path;
+    live.push_back(std::move(s));
+  });
+  return live;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"infertapd: kernel-level timing of LLM streaming responses (SSE), no code change needed"};
-  infertap::capture::CaptureConfig capture_config;
-  infertap::core::PipelineConfig pipeline_config;
-  infertap::output::RenderOptions render;
-  std::string output_path = "-";
+  std::string config_path;
+  daemon::DaemonConfig cfg;
+  std::string output_path;
   std::string ready_file;
+  std::string attach;
   double duration_s = 0;
-  double stall_floor_ms = 100;
-  std::vector<std::string> cgroups;
+  double stall_floor_ms = 0;
+  double stall_ratio = 0;
+  std::uint32_t ringbuf_mb = 0;
   bool print_stats = false;
 
-  app.add_flag("--timeline", render.timeline, "Include the per-event timeline in each record");
-  const std::map<std::string, infertap::capture::AttachMethod> attach_methods = {
-      {"auto", infertap::capture::AttachMethod::automatic},
-      {"sock", infertap::capture::AttachMethod::socket_tracepoints},
-      {"tracepoint", infertap::capture::AttachMethod::tracepoints},
-      {"raw_tp", infertap::capture::AttachMethod::raw_tracepoints}};
-  app.add_option("--attach", capture_config.attach, "How the capture attaches: auto, sock, tracepoint or raw_tp")
-      ->transform(CLI::CheckedTransformer(attach_methods, CLI::ignore_case));
-  app.add_option("-o,--output", output_path, "NDJSON output file ('-' = stdout)");
-  app.add_option("--head-bytes", capture_config.head_bytes, "Payload head bytes copied per syscall")
-      ->check(CLI::Range(16u, static_cast<unsigned>(ITAP_HEAD_MAX)));
-  app.add_option("--tail-bytes", capture_config.tail_bytes, "Payload tail bytes copied per syscall")
-      ->check(CLI::Range(0u, static_cast<unsigned>(ITAP_TAIL_MAX)));
-  app.add_option("--pid", capture_config.pids, "Only trace these process ids (repeatable)");
-  app.add_option("--port", capture_config.ports, "Only trace connections with this local or remote port (repeatable)");
-  app.add_option("--cgroup", cgroups, "Only trace processes in this cgroup v2 path (repeatable)");
-  app.add_option("--ringbuf-mb", capture_config.ringbuf_bytes, "Ring buffer size in MiB (power of two)")
-      ->transform([](std::string s) { return std::to_string(std::stoul(s) << 20); });
-  app.add_option("--stall-floor-ms", stall_floor_ms, "Smallest gap between tokens that counts as a stall");
-  app.add_option("--stall-ratio", pipeline_config.stall_ratio, "A stall is also above this many median ITLs");
+  app.add_option("-c,--config", config_path, "YAML configuration file (docs/configuration.md); flags override it");
+  bool timeline_flag = false;
+  auto* timeline_opt = app.add_flag("--timeline", timeline_flag, "Include the per-event timeline in each record");
+  auto* output_opt = app.add_option("-o,--output", output_path, "NDJSON output file instead of stdout ('-' = stdout)");
+  auto* head_opt = app.add_option("--head-bytes", cfg.capture.head_bytes, "Payload head bytes copied per syscall")
+                       ->check(CLI::Range(16u, static_cast<unsigned>(ITAP_HEAD_MAX)));
+  auto* tail_opt = app.add_option("--tail-bytes", cfg.capture.tail_bytes, "Payload tail bytes copied per syscall")
+                       ->check(CLI::Range(0u, static_cast<unsigned>(ITAP_TAIL_MAX)));
+  auto* pid_opt = app.add_option("--pid", cfg.targeting.pids, "Only trace these process ids (repeatable)");
+  auto* port_opt = app.add_option("--port", cfg.targeting.ports,
+                                  "Only trace connections with this local or remote port (repeatable)");
+  auto* cgroup_opt = app.add_option("--cgroup", cfg.targeting.cgroups, "Only trace processes in this cgroup v2 path");
+  auto* ring_opt = app.add_option("--ringbuf-mb", ringbuf_mb, "Ring buffer size in MiB (power of two)");
+  auto* attach_opt = app.add_option("--attach", attach, "How the capture attaches: auto, sock, tracepoint or raw_tp")
+                         ->check(CLI::IsMember({"auto", "sock", "tracepoint", "raw_tp"}));
+  auto* floor_opt = app.add_option("--stall-floor-ms", stall_floor_ms, "Smallest gap between tokens that is a stall");
+  auto* ratio_opt = app.add_option("--stall-ratio", stall_ratio, "A stall is also above this many median ITLs");
+  auto* socket_opt = app.add_option("--socket", cfg.api.socket, "Query API unix socket ('' = no API)");
+  auto* listen_opt =
+      app.add_option("--metrics-listen", cfg.metrics.listen, "Prometheus endpoint host:port ('' = none)");
   app.add_option("--duration", duration_s, "Stop after this many seconds (0 = until SIGINT/SIGTERM)");
   app.add_option("--ready-file", ready_file, "Create this file once the capture is attached");
   app.add_flag("--stats", print_stats, "Print capture and pipeline counters to stderr at exit");
   CLI11_PARSE(app, argc, argv);
 
-  pipeline_config.stall_floor_ns = static_cast<std::uint64_t>(stall_floor_ms * 1e6);
-  render.host = hostname();
-  for (const std::string& path : cgroups) {
-    std::uint64_t id = 0;
+  // The file first, then every flag given on the command line on top of it.
+  const auto apply_flags = [&](daemon::DaemonConfig& c) {
+    if (*timeline_opt) c.output.timeline = true;
+    if (*output_opt) {
+      c.output.to_stdout = output_path == "-";
+      c.output.file = output_path == "-" ? "" : output_path;
+    }
+    if (*head_opt) c.capture.head_bytes = cfg.capture.head_bytes;
+    if (*tail_opt) c.capture.tail_bytes = cfg.capture.tail_bytes;
+    if (*pid_opt) c.targeting.pids = cfg.targeting.pids;
+    if (*port_opt) c.targeting.ports = cfg.targeting.ports;
+    if (*cgroup_opt) c.targeting.cgroups = cfg.targeting.cgroups;
+    if (*ring_opt) c.capture.ringbuf_bytes = ringbuf_mb << 20;
+    if (*attach_opt) {
+      static const std::map<std::string, capture::AttachMethod> methods = {
+          {"auto", capture::AttachMethod::automatic},
+          {"sock", capture::AttachMethod::socket_tracepoints},
+          {"tracepoint", capture::AttachMethod::tracepoints},
+          {"raw_tp", capture::AttachMethod::raw_tracepoints}};
+      c.capture.attach = methods.at(attach);
+    }
+    if (*floor_opt) c.pipeline.stall_floor_ns = static_cast<std::uint64_t>(stall_floor_ms * 1e6);
+    if (*ratio_opt) c.pipeline.stall_ratio = stall_ratio;
+    if (*socket_opt) c.api.socket = cfg.api.socket;
+    if (*listen_opt) c.metrics.listen = cfg.metrics.listen;
+    c.capture.pids = c.targeting.pids;
+    c.capture.ports = c.targeting.ports;
+  };
+  const auto load = [&](daemon::DaemonConfig* out) {
+    daemon::DaemonConfig c;
+    if (!config_path.empty()) {
+      std::string error;
+      auto loaded = daemon::load_config(config_path, &error);
+      if (!loaded) {
+        log(error);
+        return false;
+      }
+      c = std::move(*loaded);
+    }
+    apply_flags(c);
+    *out = std::move(c);
+    return true;
+  };
+  daemon::DaemonConfig config;
+  if (!load(&config)) return 2;
+  if (!config.targeting.process_name_patterns.empty()) {
+    log("targeting.process_name_patterns is not supported yet; remove it or filter by pid, port or cgroup");
+    return 2;
+  }
+  {
     std::string error;
-    if (!cgroup_id_of(path, &id, &error)) {
-      std::fprintf(stderr, "infertapd: %s\n", error.c_str());
-      return 2;
-    }
-    capture_config.cgroup_ids.push_back(id);
-  }
-
-  FILE* out = stdout;
-  if (output_path != "-") {
-    out = std::fopen(output_path.c_str(), "w");
-    if (!out) {
-      std::fprintf(stderr, "infertapd: cannot open %s: %s\n", output_path.c_str(), std::strerror(errno));
+    if (!daemon::resolve_cgroup_ids(config.targeting.cgroups, &config.capture.cgroup_ids, &error)) {
+      log(error);
       return 2;
     }
   }
 
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  struct sigaction stop_action {};
+  stop_action.sa_handler = on_stop;
+  sigaction(SIGINT, &stop_action, nullptr);
+  sigaction(SIGTERM, &stop_action, nullptr);
+  struct sigaction hup_action {};
+  hup_action.sa_handler = on_hup;
+  sigaction(SIGHUP, &hup_action, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a CLI that hangs up must not kill the daemon
 
   std::string error;
-  auto capture = infertap::capture::Capture::open(capture_config, &error);
+  auto sink = daemon::RecordSink::open(daemon::sink_options(config), &error);
+  if (!sink) {
+    log("output: " + error);
+    return 2;
+  }
+  auto capture = capture::Capture::open(config.capture, &error);
   if (!capture) {
-    std::fprintf(stderr, "infertapd: %s\n", error.c_str());
+    log(error);
     return 1;
   }
+  std::vector<std::string> attach_notes;
   for (const auto& note : capture->notes()) {
-    std::fprintf(stderr, "infertapd: %s (%s)\n", note.what.c_str(), note.why.c_str());
+    log(note.what + " (" + note.why + ")");
+    attach_notes.push_back(note.what + " (" + note.why + ")");
   }
 
-  const infertap::output::WallClock clock;
-  infertap::capture::Capture* cap = capture.get();
-  infertap::core::Pipeline pipeline(
-      pipeline_config,
-      [&](infertap::core::StreamRecord&& record) {
-        const std::string line = infertap::output::render_stream(record, clock, render);
-        std::fwrite(line.data(), 1, line.size(), out);
-        std::fputc('\n', out);
-        std::fflush(out);
+  const output::WallClock clock;
+  output::RenderOptions render;
+  render.host = daemon::effective_node_name(config);
+  render.timeline = config.output.timeline;
+
+  daemon::MetricsConfig metrics_config;
+  metrics_config.max_label_values = config.metrics.max_label_values;
+  daemon::MetricsRegistry metrics(metrics_config);
+  std::unique_ptr<daemon::HttpServer> http;
+  if (!config.metrics.listen.empty()) {
+    http = daemon::HttpServer::start(config.metrics.listen, metrics, &error);
+    if (!http) {
+      log("metrics endpoint: " + error);
+      return 2;
+    }
+  }
+
+  daemon::StoreOptions store_options;
+  store_options.capacity = config.limits.max_streams_in_memory;
+  store_options.clock = clock;
+  store_options.host = render.host;
+  daemon::RecordStore store(store_options);
+
+  // What `infertap status` shows: refreshed by the capture thread once a
+  // second, read by API threads.
+  std::mutex status_mu;
+  nlohmann::json status = {{"attach", attach_notes}, {"node", render.host}};
+  std::unique_ptr<daemon::ApiServer> api;
+  if (!config.api.socket.empty()) {
+    daemon::ApiOptions api_options;
+    api_options.socket_path = config.api.socket;
+    api_options.status = [&] {
+      std::lock_guard<std::mutex> lock(status_mu);
+      return status;
+    };
+    api = std::make_unique<daemon::ApiServer>(store, api_options);
+    try {
+      api->start();
+    } catch (const std::exception& e) {
+      log(std::string("query API: ") + e.what());
+      return 2;
+    }
+  }
+
+  capture::Capture* cap = capture.get();
+  core::Pipeline pipeline(
+      config.pipeline,
+      [&](core::StreamRecord&& record) {
+        sink->offer(output::render_stream(record, clock, render));
+        store.add(record);
+        metrics.observe(record);
       },
       [cap](std::uint64_t sock_id) { cap->mute(sock_id); }, read_cgroup_path);
 
+  const auto refresh = [&] {
+    const capture::CaptureStats k = capture->stats();
+    const daemon::SinkCounters s = sink->counters();
+    metrics.set_self(k, pipeline.counters(), {pipeline.connection_count(), s.dropped_lines});
+    store.set_live(live_streams(pipeline));
+    std::lock_guard<std::mutex> lock(status_mu);
+    status["counters"] = counters_json(k, pipeline.counters(), s);
+    status["tracked_connections"] = pipeline.connection_count();
+  };
+  refresh();
+  if (http) http->set_ready(true);
   if (!ready_file.empty()) {
     if (FILE* f = std::fopen(ready_file.c_str(), "w")) std::fclose(f);
   }
-  std::fprintf(stderr, "infertapd: capture attached; writing stream records to %s\n",
-               output_path == "-" ? "stdout" : output_path.c_str());
+  log("capture attached; records to " +
+      std::string(config.output.file.empty() ? "stdout" : config.output.file) +
+      (api ? "; API on " + config.api.socket : "") + (http ? "; metrics on port " + std::to_string(http->port()) : ""));
 
   const std::uint64_t start = monotonic_ns();
-  std::uint64_t last_expire = start;
+  std::uint64_t last_tick = start;
   const auto handler = [&](std::span<const std::uint8_t> record) { pipeline.on_record(record); };
   while (!g_stop.load()) {
     const int n = capture->poll(50, handler);
     if (n < 0) {
-      std::fprintf(stderr, "infertapd: ring buffer poll failed: %s\n", std::strerror(-n));
+      log(std::string("ring buffer poll failed: ") + std::strerror(-n));
       break;
     }
+    if (g_reload.exchange(false)) {
+      // What can change without reattaching: stall thresholds, timeline output.
+      daemon::DaemonConfig next;
+      if (load(&next)) {
+        pipeline.set_stall_threshold(next.pipeline.stall_floor_ns, next.pipeline.stall_ratio);
+        render.timeline = next.output.timeline;
+        log("configuration reloaded (capture, targeting, output and endpoints need a restart to change)");
+      } else {
+        log("configuration reload failed: keeping the running configuration");
+      }
+    }
     const std::uint64_t now = monotonic_ns();
-    if (now - last_expire > 1'000'000'000ull) {
+    if (now - last_tick > 1'000'000'000ull) {
       pipeline.expire(now);
-      last_expire = now;
+      refresh();
+      last_tick = now;
     }
     if (duration_s > 0 && static_cast<double>(now - start) / 1e9 >= duration_s) break;
   }
+  if (http) http->set_ready(false);
   capture->drain(handler);
   pipeline.flush(monotonic_ns());
+  refresh();
+  if (api) api->stop();
+  if (http) http->stop();
+  sink->close(std::chrono::milliseconds(5000));
 
   if (print_stats) {
-    const auto k = capture->stats();
-    const auto& p = pipeline.counters();
-    std::fprintf(stderr,
-                 "infertapd: stats kernel{syscalls=%llu not_tcp=%llu muted=%llu events=%llu followed=%llu "
-                 "muted_sockets=%llu drop_ringbuf=%llu drop_args=%llu drop_conns=%llu} "
-                 "pipeline{records=%llu data=%llu state=%llu decode_errors=%llu conns=%llu streams=%llu "
-                 "complete=%llu partial=%llu non_stream=%llu sse=%llu bytes_lost=%llu not_captured=%llu "
-                 "parse_errors=%llu}\n",
-                 (unsigned long long)k.syscalls_seen, (unsigned long long)k.not_tcp, (unsigned long long)k.muted,
-                 (unsigned long long)k.events, (unsigned long long)k.sockets_followed,
-                 (unsigned long long)k.sockets_muted, (unsigned long long)k.drops_ringbuf_full,
-                 (unsigned long long)k.drops_args_map_full, (unsigned long long)k.drops_conn_map_full,
-                 (unsigned long long)p.records, (unsigned long long)p.data_events, (unsigned long long)p.state_events,
-                 (unsigned long long)p.decode_errors, (unsigned long long)p.connections_opened,
-                 (unsigned long long)p.streams_started, (unsigned long long)p.streams_completed,
-                 (unsigned long long)p.streams_partial, (unsigned long long)p.non_stream_responses,
-                 (unsigned long long)p.sse_events, (unsigned long long)p.bytes_lost,
-                 (unsigned long long)p.bytes_not_captured, (unsigned long long)p.http_parse_errors);
+    std::lock_guard<std::mutex> lock(status_mu);
+    log("stats " + status["counters"].dump());
   }
-  if (out != stdout) std::fclose(out);
   return 0;
 }

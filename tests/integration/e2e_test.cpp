@@ -68,7 +68,8 @@ class E2E : public ::testing::Test {
 
   void start_agent(std::vector<std::string> extra = {}, bool filter_port = true) {
     std::vector<std::string> argv = {build_dir() + "/infertapd", "--timeline", "--stats", "--ready-file",
-                                     path("ready"), "-o", path("records.ndjson")};
+                                     path("ready"), "-o", path("records.ndjson"), "--socket", path("api.sock"),
+                                     "--metrics-listen", "127.0.0.1:0"};
     if (filter_port) {
       argv.push_back("--port");
       argv.push_back(std::to_string(port_));

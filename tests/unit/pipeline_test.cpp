@@ -406,3 +406,29 @@ TEST(Pipeline, MalformedRecordsAreCountedNotFatal) {
 
 }  // namespace
 }  // namespace infertap
+
+namespace infertap {
+namespace {
+
+TEST(Pipeline, ActiveStreamsAreVisibleWhileTheyRun) {
+  Harness h;
+  ConnBuilder c(0xDD, 100, 8000, 40000);
+  h.feed(c.recv(kT0, request()));
+  h.feed(c.send(kT0 + 1 * kMs, kStreamHead));
+  h.feed(c.send(kT0 + 10 * kMs, chunked(openai_chunk("a"))));
+  std::vector<std::string> seen;
+  h.pipeline.for_each_active_stream([&](const StreamRecord& r) {
+    seen.push_back(r.path);
+    EXPECT_EQ(r.timeline.size(), 1u);
+    EXPECT_EQ(r.last_event_ns, kT0 + 10 * kMs);
+  });
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], "/v1/chat/completions");
+  h.feed(c.send(kT0 + 20 * kMs, "0\r\n\r\n"));
+  int after = 0;
+  h.pipeline.for_each_active_stream([&](const StreamRecord&) { ++after; });
+  EXPECT_EQ(after, 0);
+}
+
+}  // namespace
+}  // namespace infertap

@@ -32,6 +32,11 @@ class Connection {
   // Ends a stream that saw no bytes for too long (the connection stays).
   void expire_stream(TimestampNs now, std::uint64_t idle_ns);
 
+  // The stream this connection is sending or receiving now, if any (record
+  // filled so far; metrics not computed yet).
+  const StreamRecord* active_stream() const {
+    return response_ && response_->is_stream ? &response_->record : nullptr;
+  }
   const ConnIdentity& identity() const { return identity_; }
   Role role() const { return role_; }
   bool ignored() const { return ignored_; }

@@ -124,6 +124,12 @@ void Pipeline::flush(TimestampNs now, StreamEnd reason) {
   for (std::uint64_t sock : all) close_connection(sock, now, reason);
 }
 
+void Pipeline::for_each_active_stream(const std::function<void(const StreamRecord&)>& visit) const {
+  for (const auto& [sock, conn] : connections_) {
+    if (const StreamRecord* r = conn->active_stream()) visit(*r);
+  }
+}
+
 void Pipeline::emit(StreamRecord&& record) {
   ++counters_.records;
   if (sink_) sink_(std::move(record));

@@ -43,6 +43,14 @@ class Pipeline {
   // Ends everything in flight with `reason` (agent shutdown).
   void flush(TimestampNs now, StreamEnd reason = StreamEnd::agent_stopped);
 
+  // Visits every stream in flight (records filled so far, no metrics yet).
+  void for_each_active_stream(const std::function<void(const StreamRecord&)>& visit) const;
+  // Stall thresholds apply to streams finished from now on (config reload).
+  void set_stall_threshold(std::uint64_t floor_ns, double ratio) {
+    config_.stall_floor_ns = floor_ns;
+    config_.stall_ratio = ratio;
+  }
+
   const PipelineCounters& counters() const { return counters_; }
   std::size_t connection_count() const { return connections_.size(); }
   const PipelineConfig& config() const { return config_; }

@@ -1,0 +1,175 @@
+// infertapd as a daemon, as root: the query API answers the infertap CLI with
+// the streams it timed, SIGTERM leaves no BPF program behind, and a second
+// start works.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "support/process.h"
+
+namespace infertap {
+namespace {
+
+using json = nlohmann::json;
+using testing::Process;
+using namespace std::chrono_literals;
+
+std::string build_dir() {
+  const char* d = getenv("INFERTAP_BUILD");
+  return d ? d : "build";
+}
+
+// Runs a command to completion; returns {exit status, output}.
+std::pair<int, std::string> run(const std::vector<std::string>& argv, const std::string& out_path) {
+  auto p = Process::spawn(argv, out_path);
+  if (!p) return {-1, ""};
+  auto st = p->wait(30s);
+  const int code = st && WIFEXITED(*st) ? WEXITSTATUS(*st) : -1;
+  return {code, testing::read_file(out_path)};
+}
+
+int itap_programs_loaded(const std::string& out_path) {
+  auto [code, out] = run({"/usr/sbin/bpftool", "prog", "show"}, out_path);
+  if (code != 0) return -1;
+  int n = 0;
+  for (std::size_t at = out.find("itap_"); at != std::string::npos; at = out.find("itap_", at + 1)) ++n;
+  return n;
+}
+
+class Daemon : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(geteuid(), 0u) << "the daemon loads BPF programs: run as root";
+    char tmpl[] = "/tmp/infertap-daemon-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    port_ = testing::free_port();
+  }
+  void TearDown() override {
+    if (!HasFailure()) std::system(("rm -rf " + dir_).c_str());
+  }
+  std::string path(const std::string& n) const { return dir_ + "/" + n; }
+
+  std::optional<Process> start_daemon(const std::string& tag) {
+    const std::string ready = path("ready-" + tag);
+    auto d = Process::spawn({build_dir() + "/infertapd", "--port", std::to_string(port_), "--timeline", "--socket",
+                             path("api.sock"), "--metrics-listen", "127.0.0.1:0", "--ready-file", ready, "-o",
+                             path("records-" + tag + ".ndjson")},
+                            path("daemon-" + tag + ".log"));
+    EXPECT_TRUE(d);
+    EXPECT_TRUE(testing::wait_for_file(ready, 20s)) << testing::read_file(path("daemon-" + tag + ".log"));
+    return d;
+  }
+
+  std::pair<int, std::string> cli(std::vector<std::string> args) {
+    std::vector<std::string> argv = {build_dir() + "/infertap", "--socket", path("api.sock")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv, path("cli.out"));
+  }
+
+  std::string dir_;
+  std::uint16_t port_ = 0;
+};
+
+TEST_F(Daemon, CliSeesTheTimedStreamsAndStopLeavesNoProgramsBehind) {
+  auto daemon = start_daemon("first");
+  ASSERT_TRUE(daemon);
+  ASSERT_GT(itap_programs_loaded(path("bpftool.out")), 0) << "no itap_ programs while the daemon runs";
+
+  // A watcher started before the traffic sees the records as they finish.
+  auto watcher = Process::spawn({build_dir() + "/infertap", "--socket", path("api.sock"), "watch"}, path("watch.out"));
+  ASSERT_TRUE(watcher);
+  std::this_thread::sleep_for(200ms);
+
+  auto server = Process::spawn({build_dir() + "/sample-server", "--port", std::to_string(port_), "--ttft-ms", "20",
+                                "--itl-ms", "5", "--pause-after", "6", "--pause-ms", "250", "--model", "daemon-model"},
+                               path("server.out"));
+  ASSERT_TRUE(server);
+  for (int i = 0; i < 100 && testing::read_file(path("server.out")).find("listening") == std::string::npos; ++i)
+    std::this_thread::sleep_for(20ms);
+  auto [client_rc, client_out] = run({build_dir() + "/sample-client", "--port", std::to_string(port_),
+                                      "--concurrency", "2", "--tokens", "12", "--model", "daemon-model"},
+                                     path("client.out"));
+  ASSERT_EQ(client_rc, 0) << client_out;
+  std::this_thread::sleep_for(300ms);
+
+  // streams: two server and two client records of this model.
+  auto [rc, out] = cli({"streams", "-o", "json", "-n", "20"});
+  ASSERT_EQ(rc, 0) << out;
+  std::vector<json> records;  // -o json: one record per line
+  std::istringstream stream_lines(out);
+  for (std::string line; std::getline(stream_lines, line);) {
+    if (!line.empty()) records.push_back(json::parse(line));
+  }
+  int servers = 0, clients = 0;
+  std::string server_id;
+  for (const auto& r : records) {
+    if (r.value("model", "") != "daemon-model") continue;
+    if (r["role"] == "server") {
+      ++servers;
+      server_id = r["stream_id"];
+    }
+    if (r["role"] == "client") ++clients;
+  }
+  EXPECT_EQ(servers, 2) << out;
+  EXPECT_EQ(clients, 2) << out;
+
+  // show: the timeline, with the injected pause marked as a stall.
+  ASSERT_FALSE(server_id.empty());
+  std::tie(rc, out) = cli({"show", server_id});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("stall"), std::string::npos) << out;
+  EXPECT_NE(out.find("daemon-model"), std::string::npos) << out;
+  std::tie(rc, out) = cli({"show", server_id, "-o", "json"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(json::parse(out).value("stream_id", ""), server_id) << out;
+
+  // stats by model: the model's streams are counted.
+  std::tie(rc, out) = cli({"stats", "--by", "model", "-o", "json"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("daemon-model"), std::string::npos) << out;
+
+  // watch printed the four records as NDJSON.
+  watcher->stop(2s);
+  int watched = 0;
+  std::istringstream lines(testing::read_file(path("watch.out")));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    const json j = json::parse(line);
+    if (j.value("type", "") == "stream" && j.value("model", "") == "daemon-model") ++watched;
+  }
+  EXPECT_EQ(watched, 4);
+
+  // SIGTERM: clean exit, no programs left, the API socket removed.
+  server->stop(5s);
+  auto st = daemon->stop(10s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << testing::read_file(path("daemon-first.log"));
+  // The kernel frees programs shortly after their last reference goes (RCU).
+  int left = -1;
+  for (int i = 0; i < 60 && left != 0; ++i) {
+    left = itap_programs_loaded(path("bpftool.out"));
+    if (left != 0) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(left, 0) << "BPF programs left loaded 3 s after SIGTERM";
+  EXPECT_NE(access(path("api.sock").c_str(), F_OK), 0) << "API socket left behind";
+  std::tie(rc, out) = cli({"status"});
+  EXPECT_EQ(rc, 3) << "a stopped daemon is reported as not running: " << out;
+
+  // A second start works.
+  auto again = start_daemon("second");
+  ASSERT_TRUE(again);
+  std::tie(rc, out) = cli({"status", "-o", "json"});
+  EXPECT_EQ(rc, 0) << out;
+  st = again->stop(10s);
+  EXPECT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0);
+}
+
+}  // namespace
+}  // namespace infertap
