@@ -89,13 +89,14 @@ class E2E : public ::testing::Test {
     return read_ndjson(path("records.ndjson"));
   }
 
-  // Ground-truth runs pin the server and the client to different CPUs: a
-  // writer that wakes its reader on its own CPU is often preempted between the
-  // syscall's return and its clock read, which would be the log's error, not
-  // the agent's.
+  // Ground-truth runs pin the server and the client to different CPUs and run
+  // them SCHED_FIFO: a thread preempted between its syscall's return and its
+  // clock read (by the reader it just woke, or by the agent's own threads)
+  // would put that delay in the log, and the error would be the log's, not the
+  // agent's. Both programs sleep between events, so they cannot starve the CPU.
   static std::vector<std::string> on_cpu(int cpu, std::vector<std::string> argv) {
     if (cpu < 0) return argv;
-    argv.insert(argv.begin(), {"/usr/bin/taskset", "-c", std::to_string(cpu)});
+    argv.insert(argv.begin(), {"/usr/bin/taskset", "-c", std::to_string(cpu), "/usr/bin/chrt", "-f", "50"});
     return argv;
   }
 
