@@ -21,10 +21,7 @@ using json = nlohmann::json;
 using testing::Process;
 using namespace std::chrono_literals;
 
-std::string build_dir() {
-  const char* d = getenv("INFERTAP_BUILD");
-  return d ? d : "build";
-}
+using testing::build_dir;
 
 // Runs a command to completion; returns {exit status, output}.
 std::pair<int, std::string> run(const std::vector<std::string>& argv, const std::string& out_path) {

@@ -25,10 +25,7 @@ using json = nlohmann::json;
 using testing::Process;
 using namespace std::chrono_literals;
 
-std::string build_dir() {
-  const char* d = getenv("INFERTAP_BUILD");
-  return d ? d : "build";
-}
+using testing::build_dir;
 
 std::vector<json> read_ndjson(const std::string& path) {
   std::vector<json> out;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdint>
 #include <fstream>
 #include <optional>
@@ -87,6 +88,12 @@ class Process {
   pid_t pid_;
   std::optional<int> status_;
 };
+
+// Where the binaries under test are: $INFERTAP_BUILD, else ./build.
+inline std::string build_dir() {
+  const char* d = getenv("INFERTAP_BUILD");
+  return d ? d : "build";
+}
 
 inline bool wait_for_file(const std::string& path, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
