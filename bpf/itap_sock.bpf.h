@@ -131,7 +131,6 @@ static __always_inline void itap_fill_sock_cached(struct itap_event *e, struct s
 			c->family = e->family;
 		}
 	}
-	e->srtt_us = BPF_CORE_READ((struct tcp_sock *)sk, srtt_us) >> 3;
 }
 
 #endif /* INFERTAP_ITAP_SOCK_BPF_H */

@@ -5,6 +5,8 @@
 // Threads: this one owns the capture and the pipeline (single-threaded by
 // design); the sink, the API and the HTTP endpoint have their own and only see
 // finished records or snapshots taken here.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -56,6 +58,13 @@ std::string read_cgroup_path(std::uint32_t pid) {
     if (line.rfind("0::", 0) == 0) return line.substr(3);
   }
   return {};
+}
+
+std::string read_comm(std::uint32_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string comm;
+  std::getline(in, comm);
+  return comm;
 }
 
 void log(const std::string& message) { std::fprintf(stderr, "infertapd: %s\n", message.c_str()); }
@@ -223,7 +232,22 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a CLI that hangs up must not kill the daemon
 
   std::string error;
-  auto sink = daemon::RecordSink::open(daemon::sink_options(config), &error);
+  daemon::SinkOptions sink_options = daemon::sink_options(config);
+  // A character device (/dev/null, a tty) is written like stdout: no rotation.
+  int device_fd = -1;
+  struct stat output_stat {};
+  if (!sink_options.file.empty() && stat(sink_options.file.c_str(), &output_stat) == 0 &&
+      S_ISCHR(output_stat.st_mode)) {
+    device_fd = open(sink_options.file.c_str(), O_WRONLY | O_CLOEXEC);
+    if (device_fd < 0) {
+      log("output: " + sink_options.file + ": " + std::strerror(errno));
+      return 2;
+    }
+    sink_options.to_stdout = true;
+    sink_options.stdout_fd = device_fd;
+    sink_options.file.clear();
+  }
+  auto sink = daemon::RecordSink::open(sink_options, &error);
   if (!sink) {
     log("output: " + error);
     return 2;
@@ -291,7 +315,7 @@ int main(int argc, char** argv) {
         store.add(record);
         metrics.observe(record);
       },
-      [cap](std::uint64_t sock_id) { cap->mute(sock_id); }, read_cgroup_path);
+      [cap](std::uint64_t sock_id) { cap->mute(sock_id); }, read_cgroup_path, read_comm);
 
   const auto refresh = [&] {
     const capture::CaptureStats k = capture->stats();
@@ -346,6 +370,7 @@ int main(int argc, char** argv) {
   if (api) api->stop();
   if (http) http->stop();
   sink->close(std::chrono::milliseconds(5000));
+  if (device_fd >= 0) close(device_fd);
 
   if (print_stats) {
     std::lock_guard<std::mutex> lock(status_mu);

@@ -101,6 +101,10 @@ enum itap_stat {
  * One event in the ring buffer: this header, then head_len bytes of payload
  * head, then tail_len bytes of payload tail. Records are 8-byte aligned by the
  * ring buffer; the header size is a multiple of 8.
+ *
+ * Per-connection constants (cgroup_id, comm, srtt_us) are filled on a
+ * socket's first data event (ITAP_F_NEW_SOCKET) and on state events only, and
+ * are zero otherwise: they cost a helper call each on every traced send.
  */
 struct itap_event {
 	__u64 ts_ns;     /* CLOCK_MONOTONIC at syscall exit (bpf_ktime_get_ns) */
@@ -124,7 +128,7 @@ struct itap_event {
 	__u16 tail_len;
 	__u8 local_addr[16];  /* IPv4 in the first 4 bytes */
 	__u8 remote_addr[16];
-	__u32 srtt_us;   /* smoothed RTT (tcp_sock srtt_us >> 3) at exit */
+	__u32 srtt_us;   /* smoothed RTT (tcp_sock srtt_us >> 3); see below */
 	__u8 old_state;  /* ITAP_EV_STATE only: TCP states as in the kernel */
 	__u8 new_state;
 	__u16 reserved;

@@ -432,3 +432,25 @@ TEST(Pipeline, ActiveStreamsAreVisibleWhileTheyRun) {
 
 }  // namespace
 }  // namespace infertap
+
+namespace infertap {
+namespace {
+
+TEST(Pipeline, ProcessNameIsLookedUpWhenTheFirstEventDidNotCarryIt) {
+  std::vector<StreamRecord> records;
+  core::Pipeline pipeline(
+      core::PipelineConfig{}, [&](StreamRecord&& r) { records.push_back(std::move(r)); }, {}, {},
+      [](std::uint32_t pid) { return "looked-up-" + std::to_string(pid); });
+  ConnBuilder c(0xEE, 321, 8000, 40000);
+  auto first = c.recv(kT0, request());
+  std::memset(reinterpret_cast<itap_event*>(first.data())->comm, 0, ITAP_COMM_LEN);
+  pipeline.on_record(first);
+  pipeline.on_record(c.send(kT0 + kMs, kStreamHead));
+  pipeline.on_record(c.send(kT0 + 2 * kMs, chunked(openai_chunk("a"))));
+  pipeline.on_record(c.send(kT0 + 3 * kMs, "0\r\n\r\n"));
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].conn.comm, "looked-up-321");
+}
+
+}  // namespace
+}  // namespace infertap

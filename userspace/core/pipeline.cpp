@@ -20,8 +20,13 @@ Endpoint endpoint(const std::uint8_t (&addr)[16], std::uint16_t port, std::uint1
 
 }  // namespace
 
-Pipeline::Pipeline(PipelineConfig config, RecordSink sink, MuteSocket mute, CgroupLookup cgroup_lookup)
-    : config_(config), sink_(std::move(sink)), mute_(std::move(mute)), cgroup_lookup_(std::move(cgroup_lookup)) {}
+Pipeline::Pipeline(PipelineConfig config, RecordSink sink, MuteSocket mute, CgroupLookup cgroup_lookup,
+                   CommLookup comm_lookup)
+    : config_(config),
+      sink_(std::move(sink)),
+      mute_(std::move(mute)),
+      cgroup_lookup_(std::move(cgroup_lookup)),
+      comm_lookup_(std::move(comm_lookup)) {}
 
 Pipeline::~Pipeline() = default;
 
@@ -50,6 +55,7 @@ Connection* Pipeline::connection_for(const capture::IoEvent& event) {
   id.pid = h.pid;
   id.fd = h.fd;
   id.comm = std::string(event.comm());
+  if (id.comm.empty() && comm_lookup_) id.comm = comm_lookup_(h.pid);
   id.cgroup_id = h.cgroup_id;
   id.cgroup_path = cgroup_path(h.pid);
   id.local = endpoint(h.local_addr, h.local_port, h.family);

@@ -27,8 +27,12 @@ class Pipeline {
   using RecordSink = std::function<void(StreamRecord&&)>;
   using MuteSocket = std::function<void(std::uint64_t sock_id)>;
   using CgroupLookup = std::function<std::string(std::uint32_t pid)>;
+  // The kernel sends a process name with a connection's first event only; when
+  // that event was lost, the name is looked up (e.g. /proc/<pid>/comm).
+  using CommLookup = std::function<std::string(std::uint32_t pid)>;
 
-  Pipeline(PipelineConfig config, RecordSink sink, MuteSocket mute = {}, CgroupLookup cgroup_lookup = {});
+  Pipeline(PipelineConfig config, RecordSink sink, MuteSocket mute = {}, CgroupLookup cgroup_lookup = {},
+           CommLookup comm_lookup = {});
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -70,6 +74,7 @@ class Pipeline {
   RecordSink sink_;
   MuteSocket mute_;
   CgroupLookup cgroup_lookup_;
+  CommLookup comm_lookup_;
   PipelineCounters counters_;
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
   std::uint64_t next_generation_ = 0;  // connection generations are unique per agent run
