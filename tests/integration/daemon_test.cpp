@@ -43,16 +43,18 @@ int itap_programs_loaded(const std::string& out_path) {
 class Daemon : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_EQ(geteuid(), 0u) << "the daemon loads BPF programs: run as root";
-    char tmpl[] = "/tmp/infertap-daemon-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_EQ(geteuid(), 0u) << "these tests load BPF programs: run as root";
+    scratch_.emplace("infertap-daemon");
+    ASSERT_TRUE(scratch_->ok()) << "cannot create a scratch directory in /tmp";
     port_ = testing::free_port();
   }
   void TearDown() override {
-    if (!HasFailure()) std::system(("rm -rf " + dir_).c_str());
+    if (HasFailure() && scratch_) {
+      scratch_->keep();
+      std::fprintf(stderr, "artifacts kept in %s\n", scratch_->path().c_str());
+    }
   }
-  std::string path(const std::string& n) const { return dir_ + "/" + n; }
+  std::string path(const std::string& name) const { return scratch_->file(name); }
 
   std::optional<Process> start_daemon(const std::string& tag) {
     const std::string ready = path("ready-" + tag);
@@ -71,7 +73,7 @@ class Daemon : public ::testing::Test {
     return run(argv, path("cli.out"));
   }
 
-  std::string dir_;
+  std::optional<testing::ScratchDir> scratch_;
   std::uint16_t port_ = 0;
 };
 

@@ -50,18 +50,18 @@ std::int64_t p99_abs(const std::vector<std::int64_t>& v) { return percentile_abs
 class E2E : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_EQ(geteuid(), 0u) << "integration tests load BPF programs: run as root";
-    char tmpl[] = "/tmp/infertap-e2e-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_EQ(geteuid(), 0u) << "these tests load BPF programs: run as root";
+    scratch_.emplace("infertap-e2e");
+    ASSERT_TRUE(scratch_->ok()) << "cannot create a scratch directory in /tmp";
     port_ = testing::free_port();
   }
   void TearDown() override {
-    if (!HasFailure()) std::system(("rm -rf " + dir_).c_str());
-    else std::fprintf(stderr, "artifacts kept in %s\n", dir_.c_str());
+    if (HasFailure() && scratch_) {
+      scratch_->keep();
+      std::fprintf(stderr, "artifacts kept in %s\n", scratch_->path().c_str());
+    }
   }
-
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::string path(const std::string& name) const { return scratch_->file(name); }
 
   void start_agent(std::vector<std::string> extra = {}, bool filter_port = true) {
     std::vector<std::string> argv = {build_dir() + "/infertapd", "--timeline", "--stats", "--ready-file",
@@ -143,7 +143,7 @@ class E2E : public ::testing::Test {
 
   static int port_of(const std::string& endpoint) { return std::stoi(endpoint.substr(endpoint.rfind(':') + 1)); }
 
-  std::string dir_;
+  std::optional<testing::ScratchDir> scratch_;
   std::uint16_t port_ = 0;
   std::optional<Process> agent_, server_;
 };

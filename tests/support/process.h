@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <cstdint>
 #include <fstream>
 #include <optional>
@@ -87,6 +88,30 @@ class Process {
   explicit Process(pid_t pid) : pid_(pid) {}
   pid_t pid_;
   std::optional<int> status_;
+};
+
+// A directory for one test's files, removed afterwards unless kept (a failing
+// test keeps its artifacts for a person to read).
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& prefix) {
+    std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+    if (mkdtemp(tmpl.data())) path_ = tmpl;
+  }
+  ~ScratchDir() {
+    if (!path_.empty() && !keep_) std::filesystem::remove_all(path_);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  bool ok() const { return !path_.empty(); }
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  void keep() { keep_ = true; }
+
+ private:
+  std::string path_;
+  bool keep_ = false;
 };
 
 // Where the binaries under test are: $INFERTAP_BUILD, else ./build.
