@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/live_test.h"
 #include "support/process.h"
 
 namespace infertap {
@@ -40,21 +41,9 @@ int itap_programs_loaded(const std::string& out_path) {
   return n;
 }
 
-class Daemon : public ::testing::Test {
+class Daemon : public testing::LiveTest {
  protected:
-  void SetUp() override {
-    ASSERT_EQ(geteuid(), 0u) << "these tests load BPF programs: run as root";
-    scratch_.emplace("infertap-daemon");
-    ASSERT_TRUE(scratch_->ok()) << "cannot create a scratch directory in /tmp";
-    port_ = testing::free_port();
-  }
-  void TearDown() override {
-    if (HasFailure() && scratch_) {
-      scratch_->keep();
-      std::fprintf(stderr, "artifacts kept in %s\n", scratch_->path().c_str());
-    }
-  }
-  std::string path(const std::string& name) const { return scratch_->file(name); }
+  Daemon() : LiveTest("infertap-daemon") {}
 
   std::optional<Process> start_daemon(const std::string& tag) {
     const std::string ready = path("ready-" + tag);
@@ -73,8 +62,6 @@ class Daemon : public ::testing::Test {
     return run(argv, path("cli.out"));
   }
 
-  std::optional<testing::ScratchDir> scratch_;
-  std::uint16_t port_ = 0;
 };
 
 TEST_F(Daemon, CliSeesTheTimedStreamsAndStopLeavesNoProgramsBehind) {

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/live_test.h"
 #include "support/process.h"
 
 namespace infertap {
@@ -47,21 +48,9 @@ std::int64_t percentile_abs(std::vector<std::int64_t> v, double p) {
 }
 std::int64_t p99_abs(const std::vector<std::int64_t>& v) { return percentile_abs(v, 99); }
 
-class E2E : public ::testing::Test {
+class E2E : public testing::LiveTest {
  protected:
-  void SetUp() override {
-    ASSERT_EQ(geteuid(), 0u) << "these tests load BPF programs: run as root";
-    scratch_.emplace("infertap-e2e");
-    ASSERT_TRUE(scratch_->ok()) << "cannot create a scratch directory in /tmp";
-    port_ = testing::free_port();
-  }
-  void TearDown() override {
-    if (HasFailure() && scratch_) {
-      scratch_->keep();
-      std::fprintf(stderr, "artifacts kept in %s\n", scratch_->path().c_str());
-    }
-  }
-  std::string path(const std::string& name) const { return scratch_->file(name); }
+  E2E() : LiveTest("infertap-e2e") {}
 
   void start_agent(std::vector<std::string> extra = {}, bool filter_port = true) {
     std::vector<std::string> argv = {build_dir() + "/infertapd", "--timeline", "--stats", "--ready-file",
@@ -143,8 +132,6 @@ class E2E : public ::testing::Test {
 
   static int port_of(const std::string& endpoint) { return std::stoi(endpoint.substr(endpoint.rfind(':') + 1)); }
 
-  std::optional<testing::ScratchDir> scratch_;
-  std::uint16_t port_ = 0;
   std::optional<Process> agent_, server_;
 };
 
