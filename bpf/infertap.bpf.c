@@ -621,6 +621,14 @@ static __always_inline int emit_io(struct itap_args a, long ret, __u64 ts, __u64
 		e->seq_end = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
 	else
 		e->seq_end = BPF_CORE_READ((struct tcp_sock *)sk, copied_seq);
+	if (send && ret > 0 && conn) {
+		/* the ACK program reports acks up to here (itap_path.bpf.h) */
+		if (!conn->sent) {
+			conn->ack_seen = e->seq_end - (__u32)ret;
+			conn->sent = 1;
+		}
+		conn->snd_end = e->seq_end;
+	}
 	/*
 	 * What stays the same for a connection is sent with its first event only:
 	 * each helper call here costs 100-200 ns, a quarter of a traced send.
@@ -851,3 +859,5 @@ int itap_sock_recv(struct bpf_raw_tracepoint_args *ctx)
 {
 	return handle_sock_io((struct sock *)ctx->args[0], (int)ctx->args[1], (int)ctx->args[2], false);
 }
+
+#include "itap_path.bpf.h"

@@ -44,6 +44,15 @@
 enum itap_event_kind {
 	ITAP_EV_DATA = 1,  /* one send or receive syscall on a followed TCP socket */
 	ITAP_EV_STATE = 2, /* TCP state change of a followed socket */
+	ITAP_EV_PATH = 3,  /* delivery signal of a followed socket (struct itap_path_event) */
+};
+
+/* What an ITAP_EV_PATH event reports. */
+enum itap_path_kind {
+	ITAP_PATH_ACK = 1,        /* an ACK moved snd_una over sent data, or the peer's window closed/opened */
+	ITAP_PATH_ARRIVED = 2,    /* bytes were queued on a receiving socket (sk_data_ready) */
+	ITAP_PATH_RETRANSMIT = 3, /* a segment was retransmitted */
+	ITAP_PATH_BUF_LIMIT = 4,  /* the socket hit the protocol's memory limit (sock_exceed_buf_limit) */
 };
 
 enum itap_direction {
@@ -136,6 +145,29 @@ struct itap_event {
 };
 
 /*
+ * Delivery signals: where the bytes of a followed socket are after the send
+ * (acknowledged by the peer's kernel, queued at a local receiver) and what the
+ * path did to them (retransmissions, memory limits). 72 bytes: one per ACK that
+ * advances over sent data, so they must stay small. ts_ns, sock_id and kind sit
+ * at the offsets they have in struct itap_event: the consumer dispatches on
+ * kind before knowing which struct it holds.
+ */
+struct itap_path_event {
+	__u64 ts_ns;     /* CLOCK_MONOTONIC when the kernel processed the signal */
+	__u64 value;     /* BUF_LIMIT: bytes the protocol had allocated; else 0 */
+	__u64 sock_id;   /* kernel address of struct sock */
+	__u32 seq;       /* ACK: ack_seq; ARRIVED: rcv_nxt; RETRANSMIT: first sequence of the segment */
+	__u32 window;    /* ACK: the window the peer advertised, in bytes (scaled) */
+	__u32 srtt_us;   /* smoothed RTT at the time of the signal */
+	__u32 reserved0;
+	__u8 reserved1[24];
+	__u16 kind;      /* ITAP_EV_PATH */
+	__u8 path_kind;  /* enum itap_path_kind */
+	__u8 reserved2;
+	__u32 reserved3;
+};
+
+/*
  * Per-socket state kept in the kernel (LRU hash keyed by sock address). The
  * socket's addresses are read from struct sock once and kept here: every later
  * event copies them from the map instead of repeating the probe reads.
@@ -151,6 +183,13 @@ struct itap_conn {
 	__u8 remote_addr[16];
 	/* socket tracepoint set: when the send in progress started copying (0 = none) */
 	__u64 send_start_ns;
+	/* delivery signals (see itap_path_event) */
+	__u32 snd_end;    /* write_seq after this socket's last traced send */
+	__u32 ack_seen;   /* last ack_seq reported */
+	__u32 rcv_seen;   /* last rcv_nxt reported */
+	__u8 sent;        /* snd_end/ack_seen are valid */
+	__u8 zero_window; /* the peer's window was 0 at the last ACK */
+	__u8 pad2[2];
 };
 
 #endif /* INFERTAP_ABI_H */

@@ -13,6 +13,18 @@ std::string_view to_string(DecodeError e) {
 
 DecodeResult decode(std::span<const std::uint8_t> record) {
   DecodeResult r;
+  // Every record kind has ts_ns, sock_id and kind at the same offsets.
+  if (record.size() >= sizeof(itap_path_event)) {
+    const auto* p = reinterpret_cast<const itap_path_event*>(record.data());
+    if (p->kind == ITAP_EV_PATH) {
+      if (p->path_kind < ITAP_PATH_ACK || p->path_kind > ITAP_PATH_BUF_LIMIT) {
+        r.error = DecodeError::bad_kind;
+        return r;
+      }
+      r.path = PathSignal{p};
+      return r;
+    }
+  }
   if (record.size() < sizeof(itap_event)) {
     r.error = DecodeError::too_short;
     return r;

@@ -27,16 +27,23 @@ struct IoEvent {
   std::string_view comm() const { return {header->comm, strnlen(header->comm, ITAP_COMM_LEN)}; }
 };
 
+// A delivery signal of a followed socket (ACK, arrival, retransmission, memory limit).
+struct PathSignal {
+  const itap_path_event* header = nullptr;
+  const itap_path_event& h() const { return *header; }
+};
+
 enum class DecodeError : std::uint8_t { too_short, bad_kind, bad_lengths };
 std::string_view to_string(DecodeError e);
 
 struct DecodeResult {
-  std::optional<IoEvent> event;
+  std::optional<IoEvent> event;     // ITAP_EV_DATA / ITAP_EV_STATE
+  std::optional<PathSignal> path;   // ITAP_EV_PATH
   DecodeError error{};
 };
 
 // Validates a raw record: size covers header and both captured spans, kind is
-// known, head/tail lengths do not exceed what the syscall moved.
+// known (data/state events or delivery signals), head/tail lengths do not exceed what the syscall moved.
 DecodeResult decode(std::span<const std::uint8_t> record);
 
 }  // namespace infertap::capture

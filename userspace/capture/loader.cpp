@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -363,6 +364,40 @@ std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string*
     impl->notes.push_back({"attach: raw tracepoint inet_sock_set_state",
                            "tracepoint sock:inet_sock_set_state unavailable"});
 
+  // Delivery signals: each raw tracepoint that this kernel has is used; a
+  // missing one only turns its vantage off.
+  struct PathProbe {
+    const char* section;
+    const char* tracepoint;
+    const char* gives;
+  };
+  static constexpr PathProbe kPathProbes[] = {
+      {"raw_tp/tcp_probe", "tcp_probe", "acked times, peer window (zero-window episodes)"},
+      {"raw_tp/sk_data_ready", "sk_data_ready", "arrived times at local receivers"},
+      {"raw_tp/tcp_retransmit_skb", "tcp_retransmit_skb", "retransmission counts"},
+      {"raw_tp/sock_exceed_buf_limit", "sock_exceed_buf_limit", "socket memory-limit episodes"},
+  };
+  std::vector<std::string> path_sections;
+  if (!config.path_signals) {
+    impl->notes.push_back({"delivery signals off (acked, arrived, TCP context)", "disabled by configuration"});
+  } else if (btf* vmlinux = btf__load_vmlinux_btf()) {
+    std::string used;
+    for (const PathProbe& p : kPathProbes) {
+      const std::string type = std::string("btf_trace_") + p.tracepoint;
+      if (btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) > 0) {
+        path_sections.emplace_back(p.section);
+        used += (used.empty() ? "" : " + ") + std::string(p.tracepoint);
+      } else {
+        impl->notes.push_back({std::string("no ") + p.gives, std::string("tracepoint ") + p.tracepoint +
+                                                                 " missing from this kernel"});
+      }
+    }
+    if (!used.empty()) impl->notes.push_back({"attach: raw tracepoints " + used, "delivery signals of followed sockets"});
+    btf__free(vmlinux);
+  } else {
+    impl->notes.push_back({"delivery signals off", "kernel BTF unreadable: cannot tell which tracepoints exist"});
+  }
+
   // ---- open, configure, load ----
   impl->skel = infertap_bpf__open();
   if (!impl->skel) {
@@ -398,6 +433,8 @@ std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string*
       load = state_tp;
     else if (sec == "raw_tp/inet_sock_set_state")
       load = !state_tp;
+    else if (std::find(path_sections.begin(), path_sections.end(), sec) != path_sections.end())
+      load = true;
     else
       load = false;
     bpf_program__set_autoload(prog, load);

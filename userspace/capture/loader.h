@@ -33,6 +33,10 @@ struct CaptureConfig {
   // consumer drains on its own timer otherwise): batching keeps the cost of a
   // traced send low.
   std::uint32_t wakeup_bytes = 256 * 1024;
+  // Delivery signals (ACKs, arrivals at local receivers, retransmissions,
+  // memory limits) of followed sockets: the acked/arrived vantages, the TCP
+  // context of a stream. Off: only the send/receive syscalls are timed.
+  bool path_signals = true;
 };
 
 // Counters from both sides, cumulative since load.

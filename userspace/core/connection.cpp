@@ -50,6 +50,8 @@ constexpr std::uint8_t kTcpFinWait1 = 4;
 constexpr std::uint8_t kTcpClose = 7;
 constexpr std::uint8_t kTcpLastAck = 9;
 
+constexpr std::uint64_t kSendBlockedNs = 1'000'000;
+
 }  // namespace
 
 Connection::Connection(ConnIdentity identity, Pipeline& pipeline)
@@ -74,6 +76,7 @@ bool Connection::decide_role(const capture::IoEvent& event) {
   }
   // Requests flow client -> server.
   role_ = (requests_here == send) ? Role::client : Role::server;
+  pipeline_.role_decided(identity_.pid, role_);
   using Mode = protocol::HttpParser::Mode;
   Direction& req_dir = role_ == Role::client ? outbound_ : inbound_;
   Direction& resp_dir = role_ == Role::client ? inbound_ : outbound_;
@@ -87,6 +90,11 @@ void Connection::on_data(const capture::IoEvent& event) {
   last_activity_ = h.ts_ns;
   if (ignored_) return;
   if (h.ret <= 0) {
+    if ((h.flags & ITAP_F_EAGAIN) && response_ && response_->is_stream && role_ == Role::server) {
+      TcpContext& tcp = response_->record.tcp;
+      ++tcp.eagain;
+      if (tcp.eagain_ns.size() < TcpContext::kMaxEvidence) tcp.eagain_ns.push_back(h.ts_ns);
+    }
     // EOF on a receive: the peer finished sending; errors carry no bytes.
     if ((h.flags & ITAP_F_EOF) && inbound_.parser && !inbound_.ended) {
       inbound_.ended = true;
@@ -124,6 +132,7 @@ void Connection::feed(Direction& dir, const capture::IoEvent& event) {
   dir.next_seq = h.seq_end;
 
   current_ = &event;
+  current_start_seq_ = start_seq;
   current_first_event_ = response_ && response_->is_stream ? response_->record.timeline.size() : 0;
   dir.parser->feed(event.head, h.ts_ns);
   if (const std::uint64_t hole = event.hole(); hole > 0) {
@@ -138,8 +147,109 @@ void Connection::feed(Direction& dir, const capture::IoEvent& event) {
       const auto n = static_cast<std::uint32_t>(timeline.size() - current_first_event_);
       for (std::size_t i = current_first_event_; i < timeline.size(); ++i) timeline[i].events_in_syscall = n;
     }
+    // A send that waited for buffer space: the reader (or the path) is not
+    // draining. 1 ms is far above an unblocked send (a few µs).
+    if (h.direction == ITAP_DIR_SEND && role_ == Role::server) {
+      TcpContext& tcp = response_->record.tcp;
+      const std::uint64_t took = h.ts_ns - std::min(h.ts_ns, h.enter_ns);
+      if (took >= kSendBlockedNs) {
+        ++tcp.send_blocked;
+        tcp.send_blocked_ns += took;
+      }
+      if (h.flags & ITAP_F_PARTIAL) ++tcp.partial_sends;
+    }
   }
   current_ = nullptr;
+}
+
+Connection::BodySpan Connection::locate(std::span<const std::uint8_t> bytes, std::uint64_t body_start) const {
+  BodySpan span;
+  if (!current_ || bytes.empty()) return span;
+  const auto inside = [&](std::span<const std::uint8_t> buf) {
+    const auto p = reinterpret_cast<std::uintptr_t>(bytes.data());
+    const auto b = reinterpret_cast<std::uintptr_t>(buf.data());
+    return !buf.empty() && p >= b && p + bytes.size() <= b + buf.size();
+  };
+  std::uint64_t wire_offset;
+  if (inside(current_->head)) {
+    wire_offset = static_cast<std::uint64_t>(bytes.data() - current_->head.data());
+  } else if (inside(current_->tail)) {
+    wire_offset = current_->bytes() - current_->tail.size() + static_cast<std::uint64_t>(bytes.data() - current_->tail.data());
+  } else {
+    return span;  // bytes the parser had buffered from an earlier call
+  }
+  span.valid = true;
+  span.body_start = body_start;
+  span.len = bytes.size();
+  span.seq_start = current_start_seq_ + static_cast<std::uint32_t>(wire_offset);
+  return span;
+}
+
+// ---- delivery signals -------------------------------------------------------
+
+namespace {
+// TCP sequence comparison modulo 2^32.
+bool seq_leq(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(b - a) >= 0; }
+}  // namespace
+
+TimestampNs Connection::arrival_for(std::uint32_t end_seq) {
+  // Arrivals that end before this event are of no use to later events either.
+  while (!arrivals_.empty() && !seq_leq(end_seq, arrivals_.front().first)) arrivals_.pop_front();
+  return arrivals_.empty() ? 0 : arrivals_.front().second;
+}
+
+void Connection::close_zero_window(TimestampNs ts, TcpContext* tcp) {
+  if (!zero_window_since_) return;
+  if (tcp) {
+    ++tcp->zero_window_episodes;
+    tcp->zero_window_ns += ts - std::min(ts, *zero_window_since_);
+    if (tcp->zero_window.size() < TcpContext::kMaxEvidence) tcp->zero_window.emplace_back(*zero_window_since_, ts);
+  }
+  zero_window_since_.reset();
+}
+
+void Connection::on_path(const capture::PathSignal& signal) {
+  const itap_path_event& p = signal.h();
+  StreamRecord* r = response_ && response_->is_stream ? &response_->record : nullptr;
+  if (r) {
+    r->tcp.signals = true;
+    if (p.srtt_us) {
+      r->tcp.srtt_us = p.srtt_us;
+      r->tcp.srtt_max_us = std::max(r->tcp.srtt_max_us, p.srtt_us);
+    }
+  }
+  switch (p.path_kind) {
+    case ITAP_PATH_ACK:
+      if (p.window == 0) {
+        if (!zero_window_since_) zero_window_since_ = p.ts_ns;
+      } else {
+        close_zero_window(p.ts_ns, r ? &r->tcp : nullptr);
+      }
+      if (r && role_ == Role::server) {
+        auto& timeline = r->timeline;
+        while (ack_cursor_ < timeline.size() && timeline[ack_cursor_].end_seq &&
+               seq_leq(timeline[ack_cursor_].end_seq, p.seq)) {
+          if (!timeline[ack_cursor_].acked_ns) timeline[ack_cursor_].acked_ns = p.ts_ns;
+          ++ack_cursor_;
+        }
+      }
+      break;
+    case ITAP_PATH_ARRIVED:
+      // Bounded: a reader that stopped reading cannot grow this without end.
+      if (arrivals_.size() >= 4096) arrivals_.pop_front();
+      arrivals_.emplace_back(p.seq, p.ts_ns);
+      break;
+    case ITAP_PATH_RETRANSMIT:
+      if (r) {
+        ++r->tcp.retransmits;
+        if (r->tcp.retransmit_ns.size() < TcpContext::kMaxEvidence) r->tcp.retransmit_ns.push_back(p.ts_ns);
+      }
+      break;
+    case ITAP_PATH_BUF_LIMIT:
+      if (r) ++r->tcp.buf_limit;
+      break;
+    default: break;
+  }
 }
 
 void Connection::on_state(const capture::IoEvent& event) {
@@ -227,6 +337,7 @@ void Connection::start_response(const protocol::ResponseHead& head, TimestampNs 
   r.framing = std::string(framing_name(head.framing));
   r.joined_midstream = head.joined_midstream;
   r.response_head_ns = ts;
+  ack_cursor_ = 0;
   if (!head.joined_midstream && !requests_.empty()) {
     const PendingRequest& req = requests_.front();
     r.method = req.method;
@@ -258,6 +369,15 @@ void Connection::on_sse_event(const protocol::SseEvent& e) {
     t.kind = meaning.kind;
     t.truncated = e.truncated;
     if (current_) t.syscall_ns = current_->h().ts_ns - std::min(current_->h().ts_ns, current_->h().enter_ns);
+    const std::uint64_t end = e.stream_offset + e.wire_bytes;
+    if (body_span_.valid && end > body_span_.body_start && end <= body_span_.body_start + body_span_.len) {
+      t.end_seq = body_span_.seq_start + static_cast<std::uint32_t>(end - body_span_.body_start);
+      t.end_seq_exact = !e.truncated;
+    } else if (current_) {
+      t.end_seq = current_->h().seq_end;
+    }
+    if (role_ == Role::client && t.end_seq) t.arrived_ns = arrival_for(t.end_seq);
+    if (!e.truncated && !e.data.empty()) t.data_hash = std::hash<std::string_view>{}(e.data) | 1;
     r.timeline.push_back(t);
   }
   if (e.truncated) ++r.truncated_events;
@@ -287,6 +407,11 @@ void Connection::finish_response(TimestampNs ts, StreamEnd reason) {
   if (!resp.is_stream) return;
   if (resp.sse) resp.sse->end(ts);
   StreamRecord& r = resp.record;
+  if (zero_window_since_) {
+    // The episode continues past the stream: charge this stream its part.
+    close_zero_window(ts, &r.tcp);
+    zero_window_since_ = ts;
+  }
   // A stream that delivered its protocol's end marker is complete even when the
   // connection went away before the framing terminator was seen.
   r.end = resp.saw_done ? StreamEnd::complete : reason;
@@ -308,8 +433,10 @@ void Connection::ResponseSink::on_response_head(const protocol::ResponseHead& he
 
 void Connection::ResponseSink::on_body(std::span<const std::uint8_t> bytes, TimestampNs ts) {
   if (!c_.response_ || !c_.response_->is_stream) return;
+  c_.body_span_ = c_.locate(bytes, c_.response_->record.body_bytes);
   c_.response_->record.body_bytes += bytes.size();
   c_.response_->sse->feed(bytes, ts);
+  c_.body_span_ = {};
 }
 
 void Connection::ResponseSink::on_body_gap(std::uint64_t n, TimestampNs ts) {

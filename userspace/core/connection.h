@@ -27,6 +27,9 @@ class Connection {
 
   void on_data(const capture::IoEvent& event);
   void on_state(const capture::IoEvent& event);
+  // A delivery signal of this socket: ACKs give the sender's `acked` times and
+  // the peer window, arrivals the receiver's `arrived` times.
+  void on_path(const capture::PathSignal& signal);
   // Ends the connection: closes both directions, finishes any stream.
   void close(TimestampNs ts, StreamEnd reason);
   // Ends a stream that saw no bytes for too long (the connection stays).
@@ -114,6 +117,24 @@ class Connection {
   // The syscall whose bytes are being fed right now (timeline context).
   const capture::IoEvent* current_ = nullptr;
   std::size_t current_first_event_ = 0;
+  std::uint32_t current_start_seq_ = 0;  // TCP sequence of the syscall's first byte
+  // The body bytes handed to the SSE parser right now and where they sit on
+  // the wire, so that an event completed inside them gets its exact sequence.
+  struct BodySpan {
+    bool valid = false;
+    std::uint64_t body_start = 0;
+    std::uint64_t len = 0;
+    std::uint32_t seq_start = 0;
+  };
+  BodySpan body_span_;
+  BodySpan locate(std::span<const std::uint8_t> bytes, std::uint64_t body_start) const;
+  // Receiver: rcv_nxt after each arrival not yet matched to a read event.
+  std::deque<std::pair<std::uint32_t, TimestampNs>> arrivals_;
+  TimestampNs arrival_for(std::uint32_t end_seq);
+  // Sender: first timeline event not yet acknowledged.
+  std::size_t ack_cursor_ = 0;
+  std::optional<TimestampNs> zero_window_since_;
+  void close_zero_window(TimestampNs ts, TcpContext* tcp);
 };
 
 }  // namespace infertap::core

@@ -14,30 +14,16 @@ std::optional<std::uint64_t> percentile(std::vector<std::uint64_t> sample, doubl
   return sample[index];
 }
 
-void compute_metrics(StreamRecord& record, std::optional<std::uint64_t> usage_completion_tokens,
-                     const PipelineConfig& config) {
+StreamMetrics metrics_of(const std::vector<TimestampNs>& token_times, TimestampNs request_end_ns,
+                         TimestampNs last_event_ns, std::uint64_t tokens, const PipelineConfig& config) {
   StreamMetrics m;
-  std::vector<TimestampNs> token_times;
-  for (const TimelineEvent& e : record.timeline) {
-    if (e.kind == protocol::EventKind::content) token_times.push_back(e.ts_ns);
-  }
-  m.events = static_cast<std::uint32_t>(record.timeline.size());
   m.content_events = static_cast<std::uint32_t>(token_times.size());
-
-  if (usage_completion_tokens) {
-    m.tokens = *usage_completion_tokens;
-    m.token_source = "usage";
-  } else {
-    m.tokens = m.content_events;
-    m.token_source = "events";
+  m.tokens = tokens;
+  if (!token_times.empty() && request_end_ns && token_times.front() >= request_end_ns) {
+    m.ttft_ns = token_times.front() - request_end_ns;
   }
-
-  const bool has_request = record.request_end_ns != 0 && !record.joined_midstream;
-  if (!token_times.empty() && has_request && token_times.front() >= record.request_end_ns) {
-    m.ttft_ns = token_times.front() - record.request_end_ns;
-  }
-  if (record.last_event_ns != 0 && has_request && record.last_event_ns >= record.request_end_ns) {
-    m.e2e_ns = record.last_event_ns - record.request_end_ns;
+  if (last_event_ns != 0 && request_end_ns && last_event_ns >= request_end_ns) {
+    m.e2e_ns = last_event_ns - request_end_ns;
   }
 
   std::vector<std::uint64_t> gaps;
@@ -66,12 +52,28 @@ void compute_metrics(StreamRecord& record, std::optional<std::uint64_t> usage_co
     m.stall_threshold_ns = std::max(config.stall_floor_ns, relative);
     for (std::size_t i = 0; i < gaps.size(); ++i) {
       if (gaps[i] > m.stall_threshold_ns) {
-        m.stalls.push_back(Stall{static_cast<std::uint32_t>(i), token_times[i], gaps[i]});
+        m.stalls.push_back(Stall{static_cast<std::uint32_t>(i), token_times[i], gaps[i], StallCause::none, {}});
       }
     }
   } else {
     m.stall_threshold_ns = config.stall_floor_ns;
   }
+  return m;
+}
+
+void compute_metrics(StreamRecord& record, std::optional<std::uint64_t> usage_completion_tokens,
+                     const PipelineConfig& config) {
+  std::vector<TimestampNs> token_times;
+  for (const TimelineEvent& e : record.timeline) {
+    if (e.kind == protocol::EventKind::content) token_times.push_back(e.ts_ns);
+  }
+  const auto content_events = static_cast<std::uint64_t>(token_times.size());
+  const std::uint64_t tokens = usage_completion_tokens ? *usage_completion_tokens : content_events;
+  const bool has_request = record.request_end_ns != 0 && !record.joined_midstream;
+  StreamMetrics m = metrics_of(token_times, has_request ? record.request_end_ns : 0, record.last_event_ns, tokens,
+                               config);
+  m.events = static_cast<std::uint32_t>(record.timeline.size());
+  m.token_source = usage_completion_tokens ? "usage" : "events";
   record.metrics = std::move(m);
 }
 

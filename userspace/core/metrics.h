@@ -14,6 +14,11 @@ namespace infertap::core {
 // Nearest-rank percentile (p in (0,100]) of an unsorted sample; nullopt if empty.
 std::optional<std::uint64_t> percentile(std::vector<std::uint64_t> sample, double p);
 
+// Metrics of one series of token-event times (any vantage). TTFT and e2e are
+// measured from request_end_ns (0: none); stalls index the series.
+StreamMetrics metrics_of(const std::vector<TimestampNs>& token_times, TimestampNs request_end_ns,
+                         TimestampNs last_event_ns, std::uint64_t tokens, const PipelineConfig& config);
+
 // Fills record.metrics from record.timeline, request_end_ns, last_event_ns and
 // `usage_completion_tokens` (the stream's own usage report, when it had one).
 void compute_metrics(StreamRecord& record, std::optional<std::uint64_t> usage_completion_tokens,

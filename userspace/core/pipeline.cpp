@@ -18,6 +18,16 @@ Endpoint endpoint(const std::uint8_t (&addr)[16], std::uint16_t port, std::uint1
   return e;
 }
 
+std::string tuple_key(const Endpoint& local, const Endpoint& remote) {
+  std::string k;
+  k.reserve(40);
+  for (const Endpoint* e : {&local, &remote}) {
+    k.append(reinterpret_cast<const char*>(e->addr.data()), e->addr.size());
+    k.append(reinterpret_cast<const char*>(&e->port), sizeof e->port);
+  }
+  return k;
+}
+
 }  // namespace
 
 Pipeline::Pipeline(PipelineConfig config, RecordSink sink, MuteSocket mute, CgroupLookup cgroup_lookup,
@@ -26,12 +36,25 @@ Pipeline::Pipeline(PipelineConfig config, RecordSink sink, MuteSocket mute, Cgro
       sink_(std::move(sink)),
       mute_(std::move(mute)),
       cgroup_lookup_(std::move(cgroup_lookup)),
-      comm_lookup_(std::move(comm_lookup)) {}
+      comm_lookup_(std::move(comm_lookup)),
+      path_(
+          config_, [this](StreamRecord&& r) { if (sink_) sink_(std::move(r)); },
+          [this](const Endpoint& local, const Endpoint& remote) {
+            return tuples_.count(tuple_key(local, remote)) > 0;
+          },
+          [this](std::uint32_t pid, Role role) {
+            auto it = roles_by_pid_.find(pid);
+            return it != roles_by_pid_.end() && it->second[static_cast<std::size_t>(role)] > 0;
+          }) {}
 
 Pipeline::~Pipeline() = default;
 
 void Pipeline::on_record(std::span<const std::uint8_t> record) {
   const capture::DecodeResult decoded = capture::decode(record);
+  if (decoded.path) {
+    on_path(*decoded.path);
+    return;
+  }
   if (!decoded.event) {
     ++counters_.decode_errors;
     return;
@@ -62,11 +85,23 @@ Connection* Pipeline::connection_for(const capture::IoEvent& event) {
   id.remote = endpoint(h.remote_addr, h.remote_port, h.family);
   id.first_seen_ns = h.ts_ns;
   ++counters_.connections_opened;
+  ++tuples_[tuple_key(id.local, id.remote)];
   auto conn = std::make_unique<Connection>(std::move(id), *this);
   Connection* raw = conn.get();
   connections_.emplace(h.sock_id, std::move(conn));
   return raw;
 }
+
+void Pipeline::on_path(const capture::PathSignal& signal) {
+  const itap_path_event& p = signal.h();
+  ++counters_.path_signals;
+  auto it = connections_.find(p.sock_id);
+  if (it == connections_.end()) return;
+  it->second->on_path(signal);
+  if (p.path_kind == ITAP_PATH_ACK) path_.on_ack(p.sock_id, it->second->identity().generation, p.ts_ns, p.seq);
+}
+
+void Pipeline::role_decided(std::uint32_t pid, Role role) { ++roles_by_pid_[pid][static_cast<std::size_t>(role)]; }
 
 void Pipeline::on_event(const capture::IoEvent& event) {
   const itap_event& h = event.h();
@@ -94,6 +129,16 @@ void Pipeline::close_connection(std::uint64_t sock_id, TimestampNs now, StreamEn
   connections_.erase(it);
   conn->close(now, reason);
   ++counters_.connections_closed;
+  const ConnIdentity& id = conn->identity();
+  if (auto t = tuples_.find(tuple_key(id.local, id.remote)); t != tuples_.end() && --t->second == 0) tuples_.erase(t);
+  if (conn->role() != Role::unknown) {
+    auto r = roles_by_pid_.find(id.pid);
+    if (r != roles_by_pid_.end()) {
+      auto& n = r->second[static_cast<std::size_t>(conn->role())];
+      if (n > 0) --n;
+      if (r->second == std::array<std::uint32_t, 3>{}) roles_by_pid_.erase(r);
+    }
+  }
 }
 
 void Pipeline::evict_oldest(TimestampNs now) {
@@ -121,6 +166,9 @@ void Pipeline::expire(TimestampNs now) {
     }
   }
   for (std::uint64_t sock : idle) close_connection(sock, now, StreamEnd::idle_timeout);
+  path_.release_due(now);
+  counters_.records_held = path_.held();
+  counters_.records_joined = path_.joined();
 }
 
 void Pipeline::flush(TimestampNs now, StreamEnd reason) {
@@ -128,6 +176,8 @@ void Pipeline::flush(TimestampNs now, StreamEnd reason) {
   all.reserve(connections_.size());
   for (const auto& [sock, conn] : connections_) all.push_back(sock);
   for (std::uint64_t sock : all) close_connection(sock, now, reason);
+  path_.release_all();
+  counters_.records_held = 0;
 }
 
 void Pipeline::for_each_active_stream(const std::function<void(const StreamRecord&)>& visit) const {
@@ -138,7 +188,9 @@ void Pipeline::for_each_active_stream(const std::function<void(const StreamRecor
 
 void Pipeline::emit(StreamRecord&& record) {
   ++counters_.records;
-  if (sink_) sink_(std::move(record));
+  const TimestampNs now = record.end_ns;
+  path_.add(std::move(record), now);
+  counters_.records_held = path_.held();
 }
 
 void Pipeline::mute(std::uint64_t sock_id) {

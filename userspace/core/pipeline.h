@@ -8,6 +8,7 @@
 // instead of silently shifting the stream.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -16,6 +17,7 @@
 #include <unordered_map>
 
 #include "capture/event.h"
+#include "core/path.h"
 #include "core/types.h"
 
 namespace infertap::core {
@@ -40,6 +42,7 @@ class Pipeline {
   // A raw ring-buffer record (decoded and validated here).
   void on_record(std::span<const std::uint8_t> record);
   void on_event(const capture::IoEvent& event);
+  void on_path(const capture::PathSignal& signal);
 
   // Time-based housekeeping: partial records for idle streams, forget idle
   // connections. Call about once a second with the current monotonic time.
@@ -61,6 +64,7 @@ class Pipeline {
 
   // Used by Connection.
   void emit(StreamRecord&& record);
+  void role_decided(std::uint32_t pid, Role role);
   PipelineCounters& mutable_counters() { return counters_; }
   void mute(std::uint64_t sock_id);
 
@@ -79,6 +83,10 @@ class Pipeline {
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
   std::uint64_t next_generation_ = 0;  // connection generations are unique per agent run
   std::unordered_map<std::uint32_t, std::string> cgroup_cache_;
+  // Who is followed, for the path joiner: connections by 4-tuple, roles by process.
+  std::unordered_map<std::string, std::uint32_t> tuples_;
+  std::unordered_map<std::uint32_t, std::array<std::uint32_t, 3>> roles_by_pid_;
+  PathJoiner path_;
 };
 
 }  // namespace infertap::core

@@ -34,6 +34,22 @@ std::string_view to_string(StreamEnd e) {
   return "unknown";
 }
 
+std::string_view to_string(StallCause c) {
+  switch (c) {
+    case StallCause::none: return "none";
+    case StallCause::model: return "model";
+    case StallCause::gateway_buffering: return "gateway_buffering";
+    case StallCause::backpressure: return "backpressure";
+    case StallCause::network: return "network";
+    case StallCause::client_read: return "client_read";
+  }
+  return "none";
+}
+
+std::string stream_id(const StreamRecord& r) {
+  return std::to_string(r.conn.generation) + "-" + std::to_string(r.stream_seq);
+}
+
 std::string Endpoint::to_string() const {
   char buf[INET6_ADDRSTRLEN] = {};
   if (family == AF_INET6) {

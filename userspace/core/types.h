@@ -62,12 +62,55 @@ struct TimelineEvent {
   bool truncated = false;            // not every byte of the event was captured
   std::uint64_t syscall_ns = 0;      // duration of the syscall that completed the event
   std::uint32_t events_in_syscall = 0;  // SSE events completed by that same syscall
+  // TCP sequence just past the event's last byte: exact when the byte was
+  // captured, else the end of the syscall that moved it. Joins vantages.
+  std::uint32_t end_seq = 0;
+  bool end_seq_exact = false;
+  // Hash of the event's data, to find the same event on a gateway's other leg
+  // (0: not wholly captured). Never output.
+  std::uint64_t data_hash = 0;
+  // Delivery vantages (0 = not seen). docs/metrics.md#vantages.
+  TimestampNs acked_ns = 0;    // sender: the peer's kernel acknowledged the last byte
+  TimestampNs arrived_ns = 0;  // receiver: the last byte was queued on this socket
+  TimestampNs peer_ns = 0;     // the other end of this TCP connection, when traced: its read (for a
+                               // sender) or its emit (for a receiver)
+  TimestampNs peer_arrived_ns = 0;  // sender: when the traced peer's socket got the last byte
+  TimestampNs upstream_ns = 0;      // gateway downstream leg: when the gateway read the event upstream
+  TimestampNs downstream_ns = 0;    // gateway upstream leg / origin: when the gateway emitted it downstream
+  TimestampNs delivered_ns = 0;     // end of the traced path: the final client's read, else the last
+                                    // hop's ack
 };
+
+// Where a stall came from (DESIGN §3). `none` until diagnosed.
+enum class StallCause : std::uint8_t { none, model, gateway_buffering, backpressure, network, client_read };
+std::string_view to_string(StallCause c);
 
 struct Stall {
   std::uint32_t after_event = 0;  // index (in content events) of the event before the gap
   TimestampNs start_ns = 0;
   std::uint64_t gap_ns = 0;
+  StallCause cause = StallCause::none;
+  std::string evidence;  // what decided the cause, for a person
+};
+
+// TCP context of a stream's connection while the stream ran (delivery signals).
+struct TcpContext {
+  bool signals = false;             // any delivery signal was seen for the socket
+  std::uint32_t srtt_us = 0;        // latest smoothed RTT
+  std::uint32_t srtt_max_us = 0;
+  std::uint32_t retransmits = 0;
+  std::uint32_t zero_window_episodes = 0;  // the peer advertised window 0
+  std::uint64_t zero_window_ns = 0;
+  std::uint32_t send_blocked = 0;   // sends that waited >= 1 ms (send buffer full)
+  std::uint64_t send_blocked_ns = 0;
+  std::uint32_t eagain = 0;         // non-blocking sends refused for lack of buffer space
+  std::vector<TimestampNs> eagain_ns;  // bounded like the evidence below
+  std::uint32_t partial_sends = 0;  // sends that moved fewer bytes than asked
+  std::uint32_t buf_limit = 0;      // the protocol's memory limit was hit
+  // Evidence for stall diagnosis (bounded: the first kMaxEvidence of each).
+  static constexpr std::size_t kMaxEvidence = 256;
+  std::vector<TimestampNs> retransmit_ns;
+  std::vector<std::pair<TimestampNs, TimestampNs>> zero_window;  // [start, end)
 };
 
 struct StreamMetrics {
@@ -82,6 +125,31 @@ struct StreamMetrics {
   std::optional<std::uint64_t> longest_pause_ns;  // == itl_max_ns (named for readers)
   std::vector<Stall> stalls;
   std::uint64_t stall_threshold_ns = 0;
+};
+
+// The stream as its final client got it, measured at the last vantage of the
+// traced path (a local client's reads, else the last hop's ACKs).
+struct Delivery {
+  std::string vantage;  // "read" | "acked"
+  std::string path;     // hops, e.g. "server>gateway(nginx)>client"
+  StreamMetrics metrics;  // TTFT from the server's request end, ITL between delivered token events
+  std::optional<std::uint64_t> ttft_added_ns;     // delivered TTFT - emitted TTFT
+  std::optional<std::int64_t> itl_p99_added_ns;   // delivered ITL p99 - emitted ITL p99
+  std::optional<std::int64_t> longest_pause_added_ns;
+  std::uint32_t max_burst = 0;  // most token events delivered within 1 ms of each other
+  bool degraded_by_path = false;
+  std::string degraded_reason;
+};
+
+// A gateway's view of the stream it relays (set on both legs).
+struct GatewayLeg {
+  std::string leg;  // "downstream" (to the client) | "upstream" (from the server)
+  std::string peer_stream_id;  // the other leg's stream_id
+  std::string upstream, downstream;  // endpoints of the two legs (remote addresses)
+  std::uint32_t events_matched = 0;  // events found on both legs
+  std::optional<std::uint64_t> delay_p50_ns, delay_p99_ns, delay_max_ns;  // downstream emit - upstream read
+  std::uint32_t max_events_per_send = 0;
+  bool buffering = false;
 };
 
 struct StreamRecord {
@@ -116,7 +184,14 @@ struct StreamRecord {
   std::uint64_t body_bytes = 0;
   StreamMetrics metrics;
   std::vector<TimelineEvent> timeline;  // always kept; rendered only on request
+  TcpContext tcp;
+  std::string peer_stream_id;        // the traced other end of this TCP connection
+  std::optional<Delivery> delivery;  // server/gateway records: the client-observed view
+  std::optional<GatewayLeg> gateway;
 };
+
+// "<connection generation>-<response index>": unique per agent run.
+std::string stream_id(const StreamRecord& r);
 
 struct PipelineConfig {
   // A stall is a gap between content events above both the floor and
@@ -128,6 +203,10 @@ struct PipelineConfig {
   std::size_t max_connections = 65536;
   std::size_t max_timeline_events = 100'000;  // per stream: bounds memory
   std::size_t request_body_head = 4096;       // bytes of request body read for model/stream
+  // How long a finished record waits for the other records of its path (the
+  // traced peer of its connection, a gateway's other leg, late ACKs).
+  std::uint64_t path_settle_ns = 1'000'000'000;
+  std::size_t max_held_records = 4096;
 };
 
 struct PipelineCounters {
@@ -147,6 +226,9 @@ struct PipelineCounters {
   std::uint64_t sse_events = 0;
   std::uint64_t bytes_lost = 0;          // sequence gaps (events dropped before userspace)
   std::uint64_t bytes_not_captured = 0;  // holes between captured head and tail
+  std::uint64_t path_signals = 0;        // ACK/arrival/retransmit/memory-limit events
+  std::uint64_t records_joined = 0;      // records linked to a traced peer or gateway leg
+  std::uint64_t records_held = 0;        // waiting for their peers right now
 };
 
 }  // namespace infertap::core

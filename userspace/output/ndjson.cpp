@@ -33,6 +33,82 @@ void put_ns(json& j, const char* key, std::uint64_t ns) {
   }
 }
 
+json or_null(std::uint64_t ns) { return ns ? json(ns) : json(nullptr); }
+
+void put_ms_signed(json& j, const char* key, const std::optional<std::int64_t>& ns) {
+  if (ns) {
+    j[key] = static_cast<double>(*ns / 1000) / 1000.0;
+  } else {
+    j[key] = nullptr;
+  }
+}
+
+json stalls_json(const std::vector<core::Stall>& stalls) {
+  json out = json::array();
+  for (const core::Stall& s : stalls) {
+    out.push_back(json{{"after_event", s.after_event},
+                       {"start_ns", s.start_ns},
+                       {"gap_ms", ms(s.gap_ns)},
+                       {"cause", core::to_string(s.cause)},
+                       {"evidence", s.evidence}});
+  }
+  return out;
+}
+
+json tcp_json(const core::TcpContext& t) {
+  json j;
+  j["signals"] = t.signals;
+  put_ms(j, "srtt_ms", t.srtt_us ? std::optional<std::uint64_t>(std::uint64_t{t.srtt_us} * 1000) : std::nullopt);
+  put_ms(j, "srtt_max_ms", t.srtt_max_us ? std::optional<std::uint64_t>(std::uint64_t{t.srtt_max_us} * 1000) : std::nullopt);
+  j["retransmits"] = t.retransmits;
+  j["zero_window_episodes"] = t.zero_window_episodes;
+  j["zero_window_ms"] = ms(t.zero_window_ns);
+  j["send_blocked"] = t.send_blocked;
+  j["send_blocked_ms"] = ms(t.send_blocked_ns);
+  j["eagain"] = t.eagain;
+  j["partial_sends"] = t.partial_sends;
+  j["buf_limit"] = t.buf_limit;
+  return j;
+}
+
+json delivery_json(const core::Delivery& d) {
+  const core::StreamMetrics& m = d.metrics;
+  json j;
+  j["vantage"] = d.vantage;
+  j["path"] = d.path;
+  put_ms(j, "ttft_ms", m.ttft_ns);
+  put_ms(j, "e2e_ms", m.e2e_ns);
+  j["tokens_per_s"] = m.tokens_per_s ? json(*m.tokens_per_s) : json(nullptr);
+  put_ms(j, "itl_p50_ms", m.itl_p50_ns);
+  put_ms(j, "itl_p95_ms", m.itl_p95_ns);
+  put_ms(j, "itl_p99_ms", m.itl_p99_ns);
+  put_ms(j, "itl_max_ms", m.itl_max_ns);
+  put_ms(j, "longest_pause_ms", m.longest_pause_ns);
+  j["stall_threshold_ms"] = ms(m.stall_threshold_ns);
+  j["stalls"] = stalls_json(m.stalls);
+  put_ms(j, "ttft_added_ms", d.ttft_added_ns);
+  put_ms_signed(j, "itl_p99_added_ms", d.itl_p99_added_ns);
+  put_ms_signed(j, "longest_pause_added_ms", d.longest_pause_added_ns);
+  j["max_burst"] = d.max_burst;
+  j["degraded_by_path"] = d.degraded_by_path;
+  j["degraded_reason"] = d.degraded_reason;
+  return j;
+}
+
+json gateway_json(const core::GatewayLeg& g) {
+  json j;
+  j["leg"] = g.leg;
+  j["peer_stream_id"] = g.peer_stream_id;
+  j["upstream"] = g.upstream;
+  j["downstream"] = g.downstream;
+  j["events_matched"] = g.events_matched;
+  put_ms(j, "delay_p50_ms", g.delay_p50_ns);
+  put_ms(j, "delay_p99_ms", g.delay_p99_ns);
+  put_ms(j, "delay_max_ms", g.delay_max_ns);
+  j["max_events_per_send"] = g.max_events_per_send;
+  return j;
+}
+
 }  // namespace
 
 WallClock::WallClock() {
@@ -71,8 +147,8 @@ std::string render_stream(const core::StreamRecord& r, const WallClock& clock, c
   j["ts"] = clock.rfc3339(start_ns);
   j["end_ts"] = clock.rfc3339(r.end_ns);
   j["host"] = options.host;
-  j["stream_id"] = std::to_string(r.conn.generation) + "-" + std::to_string(r.stream_seq);
-  j["role"] = core::to_string(r.role);
+  j["stream_id"] = core::stream_id(r);
+  j["role"] = r.gateway ? std::string_view("gateway") : core::to_string(r.role);
   j["vantage"] = core::vantage_of(r.role);
   j["pid"] = r.conn.pid;
   j["comm"] = r.conn.comm;
@@ -118,11 +194,21 @@ std::string render_stream(const core::StreamRecord& r, const WallClock& clock, c
   put_ms(j, "itl_max_ms", m.itl_max_ns);
   put_ms(j, "longest_pause_ms", m.longest_pause_ns);
   j["stall_threshold_ms"] = ms(m.stall_threshold_ns);
-  json stalls = json::array();
+  j["stalls"] = stalls_json(m.stalls);
+  json causes = json::object();
   for (const core::Stall& s : m.stalls) {
-    stalls.push_back(json{{"after_event", s.after_event}, {"start_ns", s.start_ns}, {"gap_ms", ms(s.gap_ns)}});
+    const std::string cause(core::to_string(s.cause));
+    causes[cause] = causes.value(cause, 0) + 1;
   }
-  j["stalls"] = std::move(stalls);
+  j["stall_causes"] = std::move(causes);
+  if (r.peer_stream_id.empty()) {
+    j["peer_stream_id"] = nullptr;
+  } else {
+    j["peer_stream_id"] = r.peer_stream_id;
+  }
+  j["tcp"] = tcp_json(r.tcp);
+  j["delivery"] = r.delivery ? delivery_json(*r.delivery) : json(nullptr);
+  j["gateway"] = r.gateway ? gateway_json(*r.gateway) : json(nullptr);
   j["truncated_events"] = r.truncated_events;
   j["bytes_not_captured"] = r.bytes_not_captured;
   j["bytes_lost"] = r.bytes_lost;
@@ -140,7 +226,15 @@ std::string render_stream(const core::StreamRecord& r, const WallClock& clock, c
                               {"kind", protocol::to_string(e.kind)},
                               {"truncated", e.truncated},
                               {"syscall_us", static_cast<double>(e.syscall_ns) / 1000.0},
-                              {"batch", e.events_in_syscall}});
+                              {"batch", e.events_in_syscall},
+                              {"end_seq", e.end_seq},
+                              {"acked_ns", or_null(e.acked_ns)},
+                              {"arrived_ns", or_null(e.arrived_ns)},
+                              {"peer_ns", or_null(e.peer_ns)},
+                              {"peer_arrived_ns", or_null(e.peer_arrived_ns)},
+                              {"upstream_ns", or_null(e.upstream_ns)},
+                              {"downstream_ns", or_null(e.downstream_ns)},
+                              {"delivered_ns", or_null(e.delivered_ns)}});
     }
     j["timeline"] = std::move(timeline);
   }

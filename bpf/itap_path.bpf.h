@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Delivery signals of followed sockets: what happened to the bytes after the
+ * send returned. Included at the end of infertap.bpf.c (shares its maps).
+ *
+ *   tcp_probe             an incoming segment on an established socket: its ACK
+ *                         tells when the peer's kernel had our bytes (`acked`)
+ *                         and its window whether the peer stopped draining
+ *   sk_data_ready         bytes queued on a receiving socket (`arrived`)
+ *   tcp_retransmit_skb    the path lost a segment
+ *   sock_exceed_buf_limit the socket hit the protocol's memory limit
+ *
+ * These fire for every TCP socket on the host, in softirq context. A socket the
+ * agent does not follow costs one map lookup; a followed one emits only when
+ * something changed (the ACK moved over data we sent, the window closed or
+ * opened, new bytes arrived), so the event rate is bounded by the send rate.
+ * All are raw tracepoints: no tracefs, no perf-buffer marshalling.
+ */
+#ifndef ITAP_PATH_BPF_H
+#define ITAP_PATH_BPF_H
+
+static __always_inline struct itap_conn *followed_conn(__u64 skey)
+{
+	struct itap_conn *conn = bpf_map_lookup_elem(&itap_conns, &skey);
+
+	if (!conn || conn->verdict != ITAP_VERDICT_FOLLOW)
+		return NULL;
+	return conn;
+}
+
+static __always_inline void emit_path(__u64 skey, struct sock *sk, __u8 path_kind, __u32 seq, __u32 window,
+				      __u64 value)
+{
+	struct itap_path_event *e = bpf_ringbuf_reserve(&itap_rb, sizeof(*e), 0);
+
+	if (!e) {
+		drop_inc(ITAP_DROP_RINGBUF_FULL);
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts_ns = bpf_ktime_get_ns();
+	e->sock_id = skey;
+	e->kind = ITAP_EV_PATH;
+	e->path_kind = path_kind;
+	e->seq = seq;
+	e->window = window;
+	e->value = value;
+	e->srtt_us = BPF_CORE_READ((struct tcp_sock *)sk, srtt_us) >> 3;
+	bpf_ringbuf_submit(e, rb_flags());
+	stat_inc(ITAP_STAT_EVENTS);
+}
+
+/*
+ * tcp_probe runs at the top of tcp_rcv_established, before the segment is
+ * processed: the socket still holds the old snd_una, so the ACK number and
+ * window are read from the segment's own TCP header (skb->data points at it).
+ */
+SEC("raw_tp/tcp_probe")
+int itap_tcp_ack(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct sock *sk = (struct sock *)ctx->args[0];
+	struct sk_buff *skb = (struct sk_buff *)ctx->args[1];
+	__u64 skey = (__u64)sk;
+	struct itap_conn *conn = followed_conn(skey);
+	struct tcphdr th;
+	__u32 ack, window;
+	bool moved, zero;
+
+	if (!conn || !conn->sent)
+		return 0;
+	if (bpf_probe_read_kernel(&th, sizeof(th), BPF_CORE_READ(skb, data)) || !th.ack)
+		return 0;
+	ack = bpf_ntohl(th.ack_seq);
+	{
+		struct tcp_options_received *rx = &((struct tcp_sock *)sk)->rx_opt;
+		__u32 wscale = BPF_CORE_READ_BITFIELD_PROBED(rx, snd_wscale);
+
+		window = (__u32)bpf_ntohs(th.window) << (wscale & 15);
+	}
+	/* over data we sent and had not seen acked yet */
+	moved = (__s32)(ack - conn->ack_seen) > 0 && (__s32)(conn->snd_end - conn->ack_seen) > 0;
+	zero = window == 0;
+	if (!moved && zero == (bool)conn->zero_window)
+		return 0;
+	if (moved)
+		conn->ack_seen = ack;
+	conn->zero_window = zero;
+	emit_path(skey, sk, ITAP_PATH_ACK, ack, window, 0);
+	return 0;
+}
+
+SEC("raw_tp/sk_data_ready")
+int itap_data_ready(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct sock *sk = (struct sock *)ctx->args[0];
+	__u64 skey = (__u64)sk;
+	struct itap_conn *conn = followed_conn(skey);
+	__u32 rcv_nxt;
+
+	if (!conn)
+		return 0;
+	rcv_nxt = BPF_CORE_READ((struct tcp_sock *)sk, rcv_nxt);
+	if (rcv_nxt == conn->rcv_seen)
+		return 0;
+	conn->rcv_seen = rcv_nxt;
+	emit_path(skey, sk, ITAP_PATH_ARRIVED, rcv_nxt, 0, 0);
+	return 0;
+}
+
+SEC("raw_tp/tcp_retransmit_skb")
+int itap_retransmit(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct sock *sk = (struct sock *)ctx->args[0];
+	struct sk_buff *skb = (struct sk_buff *)ctx->args[1];
+	__u64 skey = (__u64)sk;
+	__u32 seq = 0;
+
+	if (!followed_conn(skey))
+		return 0;
+	/* TCP_SKB_CB(skb)->seq: struct tcp_skb_cb lives in skb->cb, seq first */
+	bpf_probe_read_kernel(&seq, sizeof(seq), &skb->cb[0]);
+	emit_path(skey, sk, ITAP_PATH_RETRANSMIT, seq, 0, 0);
+	return 0;
+}
+
+SEC("raw_tp/sock_exceed_buf_limit")
+int itap_buf_limit(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct sock *sk = (struct sock *)ctx->args[0];
+	__u64 skey = (__u64)sk;
+
+	if (!followed_conn(skey))
+		return 0;
+	emit_path(skey, sk, ITAP_PATH_BUF_LIMIT, 0, 0, (__u64)ctx->args[2]);
+	return 0;
+}
+
+#endif /* ITAP_PATH_BPF_H */

@@ -1,0 +1,86 @@
+// Joins the records one stream leaves at several places on the host, and says
+// where each stall came from.
+//
+// A stream from an inference server to a client can be traced at up to four
+// sockets on one host: the server's (emit), a gateway's upstream leg (read),
+// the gateway's downstream leg (emit) and a local client's (read). Each finished
+// record waits here briefly (PipelineConfig::path_settle_ns) for the records of
+// its path and for late ACKs:
+//   - the two ends of one TCP connection pair up by their reversed 4-tuple and
+//     by TCP sequence numbers of each event's last byte (offsets as fallback);
+//   - a gateway's two legs pair up inside one process by content: the same SSE
+//     events (hash of each event's data) pass both, whatever the gateway is.
+// Then every event gets the times of every vantage along the path, the
+// server-side records get the client-observed (`delivery`) view, and every
+// stall gets a cause with its evidence (docs/metrics.md#stall-causes).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/types.h"
+
+namespace infertap::core {
+
+class PathJoiner {
+ public:
+  using Release = std::function<void(StreamRecord&&)>;
+  // Is a connection with this local and remote endpoint followed right now?
+  // (the other end of a record's connection, when it is on this host)
+  using PeerFollowed = std::function<bool(const Endpoint& local, const Endpoint& remote)>;
+  // Does process `pid` follow connections in `role` too? (a gateway has both roles)
+  using ProcessHasRole = std::function<bool(std::uint32_t pid, Role role)>;
+
+  PathJoiner(const PipelineConfig& config, Release release, PeerFollowed peer_followed,
+             ProcessHasRole process_has_role);
+
+  // A finished record; `now` is the current monotonic time.
+  void add(StreamRecord&& record, TimestampNs now);
+  // An ACK for a socket whose record may be held (the last events' ACKs come
+  // after the record was finished).
+  void on_ack(std::uint64_t sock_id, std::uint64_t generation, TimestampNs ts, std::uint32_t ack);
+  // Releases the records whose path is complete or whose wait is over.
+  void release_due(TimestampNs now);
+  void release_all();
+  std::size_t held() const { return held_.size(); }
+  std::uint64_t joined() const { return joined_; }  // records released linked to another
+
+ private:
+  struct Held {
+    StreamRecord rec;
+    TimestampNs deadline = 0;
+    bool want_peer = false;
+    bool want_gateway = false;
+    Held* peer = nullptr;       // other end of the TCP connection
+    Held* gw = nullptr;         // the gateway's other leg (same process)
+    std::vector<int> to_peer;   // my event -> peer's event (-1: none)
+    std::vector<int> to_gw;     // upstream leg: -> the downstream event that carried it (or the next
+                                // one that was captured); downstream leg: -> upstream event, exact only
+  };
+
+  enum class HopKind;
+  struct Hop;
+  static std::pair<const Held*, int> origin_of(const Held* h, int i);
+  static std::vector<Hop> hops(const Held* h, int i);
+  static std::pair<StallCause, std::string> emit_cause(const Held* s, int ia, int ib);
+  static std::pair<StallCause, std::string> diagnose(const Held* h, int a, int b, bool through_final);
+
+  bool satisfied(const Held& h) const;
+  void link(Held& h);
+  std::vector<Held*> group_of(Held& h);
+  void try_release(Held& h, TimestampNs now, bool force);
+  void finish_group(const std::vector<Held*>& group);
+
+  const PipelineConfig& config_;
+  Release release_;
+  PeerFollowed peer_followed_;
+  ProcessHasRole process_has_role_;
+  std::list<Held> held_;  // stable addresses: links are pointers
+  std::uint64_t joined_ = 0;
+};
+
+}  // namespace infertap::core
