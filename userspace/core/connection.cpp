@@ -76,7 +76,6 @@ bool Connection::decide_role(const capture::IoEvent& event) {
   }
   // Requests flow client -> server.
   role_ = (requests_here == send) ? Role::client : Role::server;
-  pipeline_.role_decided(identity_.pid, role_);
   using Mode = protocol::HttpParser::Mode;
   Direction& req_dir = role_ == Role::client ? outbound_ : inbound_;
   Direction& resp_dir = role_ == Role::client ? inbound_ : outbound_;
@@ -407,11 +406,9 @@ void Connection::finish_response(TimestampNs ts, StreamEnd reason) {
   if (!resp.is_stream) return;
   if (resp.sse) resp.sse->end(ts);
   StreamRecord& r = resp.record;
-  if (zero_window_since_) {
-    // The episode continues past the stream: charge this stream its part.
-    close_zero_window(ts, &r.tcp);
-    zero_window_since_ = ts;
-  }
+  // A zero-window episode still open: the record carries it on (the path
+  // joiner closes it when the window opens).
+  if (zero_window_since_) r.tcp.zero_window_since = *zero_window_since_;
   // A stream that delivered its protocol's end marker is complete even when the
   // connection went away before the framing terminator was seen.
   r.end = resp.saw_done ? StreamEnd::complete : reason;

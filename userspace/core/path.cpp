@@ -96,12 +96,12 @@ std::size_t count_in(const std::vector<TimestampNs>& times, TimestampNs a, Times
 
 }  // namespace
 
-PathJoiner::PathJoiner(const PipelineConfig& config, Release release, PeerFollowed peer_followed,
-                       ProcessHasRole process_has_role)
+PathJoiner::PathJoiner(const PipelineConfig& config, Release release, PeerActivity peer_activity,
+                       GatewayPartnerActive gateway_partner_active)
     : config_(config),
       release_(std::move(release)),
-      peer_followed_(std::move(peer_followed)),
-      process_has_role_(std::move(process_has_role)) {}
+      peer_activity_(std::move(peer_activity)),
+      gateway_partner_active_(std::move(gateway_partner_active)) {}
 
 void PathJoiner::add(StreamRecord&& record, TimestampNs now) {
   if (held_.size() >= config_.max_held_records) {
@@ -111,10 +111,10 @@ void PathJoiner::add(StreamRecord&& record, TimestampNs now) {
   Held& h = held_.emplace_back();
   h.rec = std::move(record);
   h.deadline = now + config_.path_settle_ns;
-  const Role other = h.rec.role == Role::server ? Role::client : Role::server;
-  h.want_peer = peer_followed_ && peer_followed_(h.rec.conn.remote, h.rec.conn.local);
-  h.want_gateway = h.rec.role != Role::unknown && process_has_role_ && process_has_role_(h.rec.conn.pid, other);
+  h.cap = now + config_.stream_idle_timeout_ns;
+  h.want_peer = peer_activity_ && peer_activity_(h.rec.conn.remote, h.rec.conn.local) != Activity::none;
   link(h);
+  h.want_gateway = !h.gw && h.rec.role != Role::unknown && gateway_partner_active_ && gateway_partner_active_(h.rec);
   try_release(h, now, false);
 }
 
@@ -196,6 +196,16 @@ void PathJoiner::try_release(Held& h, TimestampNs now, bool force) {
                                      return a->deadline < b->deadline;
                                    }))->deadline;
       ready = now >= deadline;
+      // Past the settle time, keep waiting only for a partner that is still
+      // streaming (a slow reader, a gateway draining to a slow client).
+      for (const Held* m : group) {
+        if (!ready || now >= m->cap) continue;
+        const bool peer_streaming = m->want_peer && !m->peer && peer_activity_ &&
+                                    peer_activity_(m->rec.conn.remote, m->rec.conn.local) == Activity::streaming;
+        const bool leg_streaming = m->want_gateway && !m->gw && gateway_partner_active_ &&
+                                   gateway_partner_active_(m->rec);
+        if (peer_streaming || leg_streaming) ready = false;
+      }
     }
   }
   if (!ready) return;
@@ -213,13 +223,31 @@ void PathJoiner::try_release(Held& h, TimestampNs now, bool force) {
   }
 }
 
-void PathJoiner::on_ack(std::uint64_t sock_id, std::uint64_t generation, TimestampNs ts, std::uint32_t ack) {
+void PathJoiner::on_signal(std::uint64_t sock_id, std::uint64_t generation, const itap_path_event& p) {
   for (Held& h : held_) {
-    if (h.rec.conn.sock_id != sock_id || h.rec.conn.generation != generation || h.rec.role != Role::server) continue;
-    for (TimelineEvent& e : h.rec.timeline) {
-      if (!e.acked_ns && e.end_seq && seq_leq(e.end_seq, ack)) e.acked_ns = ts;
+    if (h.rec.conn.sock_id != sock_id || h.rec.conn.generation != generation) continue;
+    TcpContext& tcp = h.rec.tcp;
+    tcp.signals = true;
+    if (p.srtt_us) {
+      tcp.srtt_us = p.srtt_us;
+      tcp.srtt_max_us = std::max(tcp.srtt_max_us, p.srtt_us);
     }
-    h.rec.tcp.signals = true;
+    if (p.path_kind == ITAP_PATH_RETRANSMIT) {
+      ++tcp.retransmits;
+      if (tcp.retransmit_ns.size() < TcpContext::kMaxEvidence) tcp.retransmit_ns.push_back(p.ts_ns);
+    }
+    if (p.path_kind != ITAP_PATH_ACK || h.rec.role != Role::server) continue;
+    for (TimelineEvent& e : h.rec.timeline) {
+      if (!e.acked_ns && e.end_seq && seq_leq(e.end_seq, p.seq)) e.acked_ns = p.ts_ns;
+    }
+    if (p.window == 0 && !tcp.zero_window_since) {
+      tcp.zero_window_since = p.ts_ns;
+    } else if (p.window != 0 && tcp.zero_window_since) {
+      ++tcp.zero_window_episodes;
+      tcp.zero_window_ns += p.ts_ns - std::min<TimestampNs>(p.ts_ns, tcp.zero_window_since);
+      if (tcp.zero_window.size() < TcpContext::kMaxEvidence) tcp.zero_window.emplace_back(tcp.zero_window_since, p.ts_ns);
+      tcp.zero_window_since = 0;
+    }
   }
 }
 
@@ -377,6 +405,18 @@ std::pair<StallCause, std::string> PathJoiner::diagnose(const Held* h, int a, in
   }
   if (!worst_b) return {StallCause::model, "no other vantage of this event"};
   const Held* at = worst_b->at;
+  if (hb.front().kind != HopKind::emit) {
+    // The sender is not on this host: a gap in what arrived is the server's or
+    // the network's before this host, and cannot be told apart from here.
+    const Hop* arrived_b = hb.front().kind == HopKind::arrived ? &hb.front() : nullptr;
+    if (worst_b->kind == HopKind::read && arrived_b && worst_b != arrived_b) {
+      const TimelineEvent& e = at->rec.timeline[static_cast<std::size_t>(worst_b->index)];
+      return {StallCause::client_read, "bytes waited " + ms(e.ts_ns > e.arrived_ns ? e.ts_ns - e.arrived_ns : 0) +
+                                           " in the client's socket before the read"};
+    }
+    return {StallCause::model, "the sender is not traced on this host: nothing arrived for " +
+                                   ms(static_cast<std::uint64_t>(std::max<std::int64_t>(prev, 0)))};
+  }
   const bool ends_at_local_reader = !hb.empty() && hb.back().kind == HopKind::read && through_final;
   std::pair<StallCause, std::string> out;
   switch (worst_b->kind) {

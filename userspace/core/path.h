@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "capture/abi_check.h"
 #include "core/types.h"
 
 namespace infertap::core {
@@ -29,20 +30,24 @@ namespace infertap::core {
 class PathJoiner {
  public:
   using Release = std::function<void(StreamRecord&&)>;
-  // Is a connection with this local and remote endpoint followed right now?
-  // (the other end of a record's connection, when it is on this host)
-  using PeerFollowed = std::function<bool(const Endpoint& local, const Endpoint& remote)>;
-  // Does process `pid` follow connections in `role` too? (a gateway has both roles)
-  using ProcessHasRole = std::function<bool(std::uint32_t pid, Role role)>;
+  // Is the other end of a record's connection (this local and remote
+  // endpoint) followed on this host, and is it still inside a stream? While it
+  // is, the record waits for the peer's record (a reader slower than the
+  // server finishes later).
+  enum class Activity { none, idle, streaming };
+  using PeerActivity = std::function<Activity(const Endpoint& local, const Endpoint& remote)>;
+  // Is a stream in flight in the record's process, in the other role, that
+  // carries the same events (a gateway's other leg)?
+  using GatewayPartnerActive = std::function<bool(const StreamRecord& record)>;
 
-  PathJoiner(const PipelineConfig& config, Release release, PeerFollowed peer_followed,
-             ProcessHasRole process_has_role);
+  PathJoiner(const PipelineConfig& config, Release release, PeerActivity peer_activity,
+             GatewayPartnerActive gateway_partner_active);
 
   // A finished record; `now` is the current monotonic time.
   void add(StreamRecord&& record, TimestampNs now);
-  // An ACK for a socket whose record may be held (the last events' ACKs come
-  // after the record was finished).
-  void on_ack(std::uint64_t sock_id, std::uint64_t generation, TimestampNs ts, std::uint32_t ack);
+  // A delivery signal for a socket whose record may be held: the bytes of a
+  // finished stream can sit in the send buffer long after its last send.
+  void on_signal(std::uint64_t sock_id, std::uint64_t generation, const itap_path_event& signal);
   // Releases the records whose path is complete or whose wait is over.
   void release_due(TimestampNs now);
   void release_all();
@@ -52,7 +57,8 @@ class PathJoiner {
  private:
   struct Held {
     StreamRecord rec;
-    TimestampNs deadline = 0;
+    TimestampNs deadline = 0;  // settle time after it finished
+    TimestampNs cap = 0;       // longest wait for a partner still streaming
     bool want_peer = false;
     bool want_gateway = false;
     Held* peer = nullptr;       // other end of the TCP connection
@@ -77,8 +83,8 @@ class PathJoiner {
 
   const PipelineConfig& config_;
   Release release_;
-  PeerFollowed peer_followed_;
-  ProcessHasRole process_has_role_;
+  PeerActivity peer_activity_;
+  GatewayPartnerActive gateway_partner_active_;
   std::list<Held> held_;  // stable addresses: links are pointers
   std::uint64_t joined_ = 0;
 };

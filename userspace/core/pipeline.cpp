@@ -39,13 +39,8 @@ Pipeline::Pipeline(PipelineConfig config, RecordSink sink, MuteSocket mute, Cgro
       comm_lookup_(std::move(comm_lookup)),
       path_(
           config_, [this](StreamRecord&& r) { if (sink_) sink_(std::move(r)); },
-          [this](const Endpoint& local, const Endpoint& remote) {
-            return tuples_.count(tuple_key(local, remote)) > 0;
-          },
-          [this](std::uint32_t pid, Role role) {
-            auto it = roles_by_pid_.find(pid);
-            return it != roles_by_pid_.end() && it->second[static_cast<std::size_t>(role)] > 0;
-          }) {}
+          [this](const Endpoint& local, const Endpoint& remote) { return peer_activity(local, remote); },
+          [this](const StreamRecord& r) { return gateway_partner_active(r); }) {}
 
 Pipeline::~Pipeline() = default;
 
@@ -85,9 +80,12 @@ Connection* Pipeline::connection_for(const capture::IoEvent& event) {
   id.remote = endpoint(h.remote_addr, h.remote_port, h.family);
   id.first_seen_ns = h.ts_ns;
   ++counters_.connections_opened;
-  ++tuples_[tuple_key(id.local, id.remote)];
+  const std::string key = tuple_key(id.local, id.remote);
+  const std::uint32_t pid = id.pid;
   auto conn = std::make_unique<Connection>(std::move(id), *this);
   Connection* raw = conn.get();
+  by_tuple_[key] = raw;
+  by_pid_[pid].push_back(raw);
   connections_.emplace(h.sock_id, std::move(conn));
   return raw;
 }
@@ -98,10 +96,8 @@ void Pipeline::on_path(const capture::PathSignal& signal) {
   auto it = connections_.find(p.sock_id);
   if (it == connections_.end()) return;
   it->second->on_path(signal);
-  if (p.path_kind == ITAP_PATH_ACK) path_.on_ack(p.sock_id, it->second->identity().generation, p.ts_ns, p.seq);
+  path_.on_signal(p.sock_id, it->second->identity().generation, p);
 }
-
-void Pipeline::role_decided(std::uint32_t pid, Role role) { ++roles_by_pid_[pid][static_cast<std::size_t>(role)]; }
 
 void Pipeline::on_event(const capture::IoEvent& event) {
   const itap_event& h = event.h();
@@ -130,15 +126,41 @@ void Pipeline::close_connection(std::uint64_t sock_id, TimestampNs now, StreamEn
   conn->close(now, reason);
   ++counters_.connections_closed;
   const ConnIdentity& id = conn->identity();
-  if (auto t = tuples_.find(tuple_key(id.local, id.remote)); t != tuples_.end() && --t->second == 0) tuples_.erase(t);
-  if (conn->role() != Role::unknown) {
-    auto r = roles_by_pid_.find(id.pid);
-    if (r != roles_by_pid_.end()) {
-      auto& n = r->second[static_cast<std::size_t>(conn->role())];
-      if (n > 0) --n;
-      if (r->second == std::array<std::uint32_t, 3>{}) roles_by_pid_.erase(r);
+  if (auto t = by_tuple_.find(tuple_key(id.local, id.remote)); t != by_tuple_.end() && t->second == conn.get())
+    by_tuple_.erase(t);
+  if (auto p = by_pid_.find(id.pid); p != by_pid_.end()) {
+    std::erase(p->second, conn.get());
+    if (p->second.empty()) by_pid_.erase(p);
+  }
+}
+
+PathJoiner::Activity Pipeline::peer_activity(const Endpoint& local, const Endpoint& remote) const {
+  auto it = by_tuple_.find(tuple_key(local, remote));
+  if (it == by_tuple_.end()) return PathJoiner::Activity::none;
+  return it->second->active_stream() ? PathJoiner::Activity::streaming : PathJoiner::Activity::idle;
+}
+
+bool Pipeline::gateway_partner_active(const StreamRecord& record) const {
+  auto it = by_pid_.find(record.conn.pid);
+  if (it == by_pid_.end()) return false;
+  // The first few events identify a stream: chunk ids and timestamps differ
+  // between streams.
+  std::vector<std::uint64_t> mine;
+  for (const TimelineEvent& e : record.timeline) {
+    if (e.data_hash) mine.push_back(e.data_hash);
+    if (mine.size() == 4) break;
+  }
+  for (const Connection* c : it->second) {
+    const StreamRecord* other = c->active_stream();
+    if (!other || c->role() == record.role || c->role() == Role::unknown) continue;
+    if (!record.response_id.empty() && other->response_id == record.response_id) return true;
+    const std::size_t n = std::min<std::size_t>(other->timeline.size(), 8);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t h = other->timeline[i].data_hash;
+      if (h && std::find(mine.begin(), mine.end(), h) != mine.end()) return true;
     }
   }
+  return false;
 }
 
 void Pipeline::evict_oldest(TimestampNs now) {

@@ -64,7 +64,6 @@ class Pipeline {
 
   // Used by Connection.
   void emit(StreamRecord&& record);
-  void role_decided(std::uint32_t pid, Role role);
   PipelineCounters& mutable_counters() { return counters_; }
   void mute(std::uint64_t sock_id);
 
@@ -84,8 +83,10 @@ class Pipeline {
   std::uint64_t next_generation_ = 0;  // connection generations are unique per agent run
   std::unordered_map<std::uint32_t, std::string> cgroup_cache_;
   // Who is followed, for the path joiner: connections by 4-tuple, roles by process.
-  std::unordered_map<std::string, std::uint32_t> tuples_;
-  std::unordered_map<std::uint32_t, std::array<std::uint32_t, 3>> roles_by_pid_;
+  std::unordered_map<std::string, Connection*> by_tuple_;
+  std::unordered_map<std::uint32_t, std::vector<Connection*>> by_pid_;
+  PathJoiner::Activity peer_activity(const Endpoint& local, const Endpoint& remote) const;
+  bool gateway_partner_active(const StreamRecord& record) const;
   PathJoiner path_;
 };
 

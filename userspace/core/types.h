@@ -111,6 +111,7 @@ struct TcpContext {
   static constexpr std::size_t kMaxEvidence = 256;
   std::vector<TimestampNs> retransmit_ns;
   std::vector<std::pair<TimestampNs, TimestampNs>> zero_window;  // [start, end)
+  TimestampNs zero_window_since = 0;  // an episode still open when the record finished
 };
 
 struct StreamMetrics {
