@@ -31,7 +31,10 @@ const char* kUsage = R"(usage: sample-server [options]
   --host ADDR            listen address (default 127.0.0.1)
   --port N               listen port; 0 = ephemeral (default 8000). First stdout line: "listening <port>"
   --model NAME           model name when the request has none (default infertap-sample)
-  --framing chunked|close  streaming response framing (default chunked)
+  --framing chunked|close  streaming response framing (default chunked; an HTTP/1.0 request, e.g.
+                         from nginx's default proxy_http_version 1.0, always gets close-delimited)
+  --accel-buffering yes|no  send "X-Accel-Buffering: yes|no" on streams (default: no such header;
+                         "no" switches nginx proxy buffering off for the response)
   --sender write|send|sendmsg|writev|mixed  send syscall (default write; mixed rotates per syscall)
   --ttft-ms MS           delay before the first content event (default 20)
   --itl-ms MS            gap between content events (default 10)
@@ -78,6 +81,7 @@ struct Config {
   std::int64_t events_per_write = 1;
   double slow_factor = 2.0;
   bool usage = false;
+  std::string accel_buffering;  // "", "yes" or "no": X-Accel-Buffering response header
   std::string log_path;
   std::int64_t exit_after = 0;
   std::int64_t max_conns = 4096;
@@ -359,6 +363,7 @@ struct StreamParams {
   std::string model;
   std::int64_t n_tokens;
   bool include_usage;
+  bool http10 = false;  // the request was HTTP/1.0: no chunked framing, close after the response
   std::int64_t prompt_tokens;
 };
 
@@ -527,10 +532,12 @@ bool serve_nonstream(Conn& c, const StreamParams& p, bool keep_alive) {
 
 // Returns false when the connection must be closed afterwards.
 bool serve_stream(Conn& c, const StreamParams& p, bool keep_alive, bool& ok) {
-  const bool chunked = g_cfg.framing == Framing::chunked;
+  // HTTP/1.0 peers cannot parse chunked framing: close-delimited for them.
+  const bool chunked = g_cfg.framing == Framing::chunked && !p.http10;
   if (!chunked) keep_alive = false;
   g_streams_active.fetch_add(1);
   std::string h = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n";
+  if (!g_cfg.accel_buffering.empty()) h += "X-Accel-Buffering: " + g_cfg.accel_buffering + "\r\n";
   if (p.api == Api::anthropic) h += "request-id: req_" + random_id(c.rng, 24) + "\r\n";
   else h += "x-request-id: " + random_id(c.rng, 32) + "\r\n";
   h += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
@@ -704,6 +711,7 @@ void serve_connection(Conn& c) {
 
     if (known && r.method == "POST") {
       StreamParams p;
+      p.http10 = r.version == "HTTP/1.0";
       p.api = api;
       p.model = it::json_get_string(r.body, "model").value_or(g_cfg.model);
       if (p.model.empty()) p.model = g_cfg.model;
@@ -829,7 +837,7 @@ int main(int argc, char** argv) {
   it::Args a(kUsage);
   for (const char* o : {"host", "port", "model", "framing", "sender", "ttft-ms", "itl-ms", "jitter-ms", "tokens",
                         "pause-after", "pause-ms", "events-per-write", "slow-factor", "log", "exit-after",
-                        "max-conns", "grace-ms", "seed"})
+                        "max-conns", "grace-ms", "seed", "accel-buffering"})
     a.option(o);
   a.flag("usage");
   a.flag("no-nodelay");
@@ -854,6 +862,7 @@ int main(int argc, char** argv) {
   c.events_per_write = std::max<std::int64_t>(1, a.integer("events-per-write", c.events_per_write));
   c.slow_factor = a.number("slow-factor", c.slow_factor);
   c.usage = a.has("usage");
+  if (a.has("accel-buffering")) c.accel_buffering = a.choice("accel-buffering", "", {"yes", "no"});
   c.log_path = a.str("log", "");
   c.exit_after = a.integer("exit-after", 0);
   c.max_conns = a.integer("max-conns", c.max_conns);
