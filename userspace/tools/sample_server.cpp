@@ -45,11 +45,14 @@ const char* kUsage = R"(usage: sample-server [options]
   --events-per-write K   coalesce K SSE events into one send syscall (default 1)
   --slow-factor F        itl multiplier while slow mode is on (SIGUSR1 toggles; default 2.0)
   --usage                always send the usage chunk (else only with stream_options.include_usage)
-  --log FILE             NDJSON log, one line per send syscall (+ request lines)
+  --log FILE             NDJSON log, one line per send syscall (+ request lines); mono_ns is read
+                         right after the syscall returned, call_ns is the time spent inside it
   --exit-after N         exit after N streaming responses completed
   --max-conns N          concurrent connections before answering 503 (default 4096)
   --grace-ms MS          on SIGTERM/SIGINT wait up to MS for open streams to finish (default 0)
   --no-nodelay           do not set TCP_NODELAY on accepted sockets
+  --sndbuf BYTES         SO_SNDBUF on accepted sockets (the kernel doubles it and stops autotuning);
+                         with a slow reader a small one makes sends block (default: kernel autotuning)
   --seed N               PRNG seed for ids and jitter (default: random)
 Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages, GET /health, GET /v1/models.
 Signals: SIGUSR1 toggles slow mode; SIGTERM/SIGINT flush the log and exit 0.
@@ -87,6 +90,7 @@ struct Config {
   std::int64_t max_conns = 4096;
   double grace_ms = 0;
   bool nodelay = true;
+  std::int64_t sndbuf = 0;
   std::uint64_t seed = 0;
 };
 
@@ -179,7 +183,10 @@ struct SendInfo {
   std::string_view kind;
 };
 
-void log_send(Conn& c, const SendInfo& si, std::int64_t ts, std::size_t bytes, const char* sender, int err) {
+// call_ns: time spent inside the send syscall (enter to return): a send that
+// blocked on a full send buffer (slow reader) shows here.
+void log_send(Conn& c, const SendInfo& si, std::int64_t ts, std::int64_t call_ns, std::size_t bytes,
+              const char* sender, int err) {
   if (!g_log.enabled()) return;
   std::string& l = c.line;
   l.clear();
@@ -205,6 +212,8 @@ void log_send(Conn& c, const SendInfo& si, std::int64_t ts, std::size_t bytes, c
     l += ",\"first_event_index\":";
     it::append_int(l, si.first_event_index);
   }
+  l += ",\"call_ns\":";
+  it::append_int(l, call_ns);
   l += ",\"sender\":\"";
   l += sender;
   l += "\",\"peer_port\":";
@@ -234,6 +243,7 @@ std::int64_t send_wire(Conn& c, const Wire& w, const SendInfo& si) {
   iovec iov[IOV_MAX > 1024 ? 1024 : IOV_MAX];
   while (done < total) {
     ssize_t n;
+    const std::int64_t t_enter = it::mono_ns();
     if (s == Sender::write) {
       n = ::write(c.fd, w.data.data() + done, total - done);
     } else if (s == Sender::send) {
@@ -261,13 +271,13 @@ std::int64_t send_wire(Conn& c, const Wire& w, const SendInfo& si) {
     if (n < 0) {
       int e = errno;
       if (e == EINTR) continue;
-      log_send(c, si, ts, 0, sname, e);
+      log_send(c, si, ts, ts - t_enter, 0, sname, e);
       g_send_errors.fetch_add(1, std::memory_order_relaxed);
       return -1;
     }
     done += std::size_t(n);
     c.offset += std::uint64_t(n);
-    log_send(c, si, ts, std::size_t(n), sname, 0);
+    log_send(c, si, ts, ts - t_enter, std::size_t(n), sname, 0);
   }
   return ts;
 }
@@ -837,7 +847,7 @@ int main(int argc, char** argv) {
   it::Args a(kUsage);
   for (const char* o : {"host", "port", "model", "framing", "sender", "ttft-ms", "itl-ms", "jitter-ms", "tokens",
                         "pause-after", "pause-ms", "events-per-write", "slow-factor", "log", "exit-after",
-                        "max-conns", "grace-ms", "seed", "accel-buffering"})
+                        "max-conns", "grace-ms", "seed", "accel-buffering", "sndbuf"})
     a.option(o);
   a.flag("usage");
   a.flag("no-nodelay");
@@ -868,6 +878,7 @@ int main(int argc, char** argv) {
   c.max_conns = a.integer("max-conns", c.max_conns);
   c.grace_ms = a.number("grace-ms", 0);
   c.nodelay = !a.has("no-nodelay");
+  c.sndbuf = a.integer("sndbuf", 0);
   c.seed = a.has("seed") ? std::uint64_t(a.integer("seed", 0)) : it::seed_from_entropy();
   if (c.port < 0 || c.port > 65535) {
     std::fprintf(stderr, "bad --port\n");
@@ -929,6 +940,10 @@ int main(int argc, char** argv) {
       }
       std::fprintf(stderr, "accept: %s\n", std::strerror(errno));
       break;
+    }
+    if (c.sndbuf > 0) {
+      int v = int(c.sndbuf);
+      setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
     }
     if (c.nodelay) {
       int one = 1;
