@@ -363,3 +363,83 @@ TEST_F(SlowReader, ReaderStallBlocksTheServer) {
 }
 
 }  // namespace
+
+// ---- measurement (not run by default) ---------------------------------------------------------
+//
+// The numbers in docs/gateways.md:
+//   build/integration_tests --gtest_also_run_disabled_tests --gtest_filter='GatewayMeasure.*'
+// INFERTAP_MEASURE_TOKENS (default 200), INFERTAP_MEASURE_ITL_MS (10), INFERTAP_MEASURE_TTFT_MS (50).
+
+namespace {
+
+int env_int(const char* name, int def) {
+  const char* v = getenv(name);
+  return v ? std::atoi(v) : def;
+}
+
+std::string measure_row(const std::string& name, const ClientLog& c, const ServerLog& s) {
+  auto b = c.content_bursts();
+  std::vector<double> sizes(b.begin(), b.end());
+  auto h = holds_ms(c, s);
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "| %-28s | %6.0f | %6.0f | %5.0f | %4zu | %4zu | %5.0f | %6.0f | %6.0f |", name.c_str(),
+                s.ttft_ms(), c.ttft_ms(), h.empty() ? -1 : h[0], b.size(), c.max_content_burst(), median(sizes),
+                median(h), h.empty() ? -1 : *std::max_element(h.begin(), h.end()));
+  return buf;
+}
+
+}  // namespace
+
+class GatewayMeasure : public infertap::testing::LiveTest {
+ protected:
+  GatewayMeasure() : LiveTest("infertap-gwmeasure") {}
+
+  std::vector<std::string> server_args() const {
+    return {"--ttft-ms", std::to_string(env_int("INFERTAP_MEASURE_TTFT_MS", 50)), "--itl-ms",
+            std::to_string(env_int("INFERTAP_MEASURE_ITL_MS", 10))};
+  }
+  std::string tokens() const { return std::to_string(env_int("INFERTAP_MEASURE_TOKENS", 200)); }
+  static void header() {
+    std::printf("| %-28s | %6s | %6s | %5s | %4s | %4s | %5s | %6s | %6s |\n", "path", "srv", "client", "1st", "bursts",
+                "max", "median", "median", "max");
+    std::printf("| %-28s | %6s | %6s | %5s | %4s | %4s | %5s | %6s | %6s |\n", "", "ttft ms", "ttft ms", "hold", "",
+                "burst", "burst", "hold ms", "hold ms");
+  }
+};
+
+TEST_F(GatewayMeasure, DISABLED_AllConfigs) {
+  header();
+  {
+    SampleServer server(path("direct/server"), server_args());
+    ASSERT_TRUE(server.ok()) << server.error();
+    ClientRun c = infertap::testing::run_sample_client(path("direct/client"), server.port(), {"--tokens", tokens()});
+    ASSERT_EQ(c.rc, 0) << c.output;
+    std::printf("%s\n", measure_row("direct", c.log, server.log()).c_str());
+  }
+  for (const auto& gc : gateway_cases()) {
+    SampleServer server(path(gc.name + "/server"), server_args());
+    ASSERT_TRUE(server.ok()) << server.error();
+    auto gw = gc.make(server.port(), path(gc.name + "/gateway"));
+    ASSERT_TRUE(gw->ok()) << gw->error();
+    std::vector<std::string> args = {"--tokens", tokens()};
+    args.insert(args.end(), gc.client_args.begin(), gc.client_args.end());
+    ClientRun c = infertap::testing::run_sample_client(path(gc.name + "/client"), gw->port(), args);
+    ASSERT_EQ(c.rc, 0) << c.output;
+    std::printf("%s\n", measure_row(gc.name, c.log, server.log()).c_str());
+  }
+  // The gateways that hold bytes in the kernel (HAProxy MSG_MORE) over an
+  // MTU-1500 veth instead of loopback (MSS 64 KB): client in a namespace.
+  for (HAProxyMode m : {HAProxyMode::streaming, HAProxyMode::defaults}) {
+    NetnsPath net;
+    ASSERT_TRUE(net.ok()) << net.error();
+    const std::string name = std::string("veth haproxy_") + infertap::testing::to_string(m);
+    SampleServer server(path(name + "/server"), server_args());
+    ASSERT_TRUE(server.ok()) << server.error();
+    HAProxy gw(m, server.port(), path(name + "/gateway"), {.listen_host = net.host_ip()});
+    ASSERT_TRUE(gw.ok()) << gw.error();
+    ClientRun c = infertap::testing::run_sample_client(path(name + "/client"), gw.port(), {"--tokens", tokens()},
+                                                       net.host_ip(), net.exec_prefix());
+    ASSERT_EQ(c.rc, 0) << c.output;
+    std::printf("%s\n", measure_row(name, c.log, server.log()).c_str());
+  }
+}
