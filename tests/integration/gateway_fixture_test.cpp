@@ -142,7 +142,14 @@ TEST_P(GatewayFixture, ProxiesTheStreamAndBuffersOnlyWhereExpected) {
     EXPECT_LT(median(holds), 15.0) << info;
     EXPECT_LT(holds[0], 60.0) << info;
   }
+  // Shutdown leaves nothing behind (nginx: master and worker).
+  const auto pids = gw->pids();
+  EXPECT_GE(pids.size(), gc.name.rfind("nginx", 0) == 0 ? 2u : 1u) << "nginx master + worker expected";
   EXPECT_TRUE(gw->stop()) << "gateway did not exit on SIGTERM";
+  for (pid_t p : pids) {
+    for (int i = 0; i < 100 && ::kill(p, 0) == 0; ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_NE(::kill(p, 0), 0) << "gateway process " << p << " still alive after stop()";
+  }
 }
 
 // The server pauses 300 ms after its 20th content event; every gateway
@@ -245,6 +252,22 @@ TEST_F(NetnsFixture, CreatesAPathAndCleansUp) {
   }
   EXPECT_FALSE(namespace_exists(name)) << name << " leaked";
   EXPECT_FALSE(link_exists(dev)) << dev << " leaked";
+}
+
+// A gateway can run inside the namespace (argv_prefix): server on the host,
+// nginx in the namespace, client on the host going through it.
+TEST_F(NetnsFixture, GatewayInsideTheNamespace) {
+  NetnsPath net;
+  ASSERT_TRUE(net.ok()) << net.error();
+  SampleServer server(path("server"), {"--ttft-ms", "5", "--itl-ms", "2"}, net.host_ip());
+  ASSERT_TRUE(server.ok()) << server.error();
+  Nginx gw(NginxMode::streaming, server.port(), path("nginx"),
+           {.listen_host = net.ns_ip(), .upstream_host = net.host_ip(), .argv_prefix = net.exec_prefix()});
+  ASSERT_TRUE(gw.ok()) << gw.error();
+  EXPECT_FALSE(net.pids().empty()) << "nginx is not in the namespace";
+  ClientRun c = infertap::testing::run_sample_client(path("client"), gw.port(), {"--tokens", "10"}, net.ns_ip());
+  ASSERT_EQ(c.rc, 0) << c.output << gw.log();
+  EXPECT_EQ(c.log.content_events(), 10u);
 }
 
 TEST_F(NetnsFixture, SweepsNamespacesOfDeadRuns) {
