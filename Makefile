@@ -82,7 +82,7 @@ $(OUT)/sample-server: $(OUT)/obj/userspace/tools/sample_server.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread
 
 $(OUT)/sample-client: $(OUT)/obj/userspace/tools/sample_client.o
-	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread
+	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread -lz
 
 $(OUT)/send-loop: $(OUT)/obj/userspace/tools/send_loop.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread

@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   curl jq iproute2 python3 python3-yaml procps util-linux
   prometheus                               # the Prometheus integration test scrapes the agent
+  nginx haproxy                            # real gateways for the issue-3 path tests (started by the tests)
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -25,9 +26,30 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Packaged daemons (nginx, haproxy, prometheus) must not start on install:
+  # the tests run their own instances on free ports. policy-rc.d exit 101 =
+  # "action forbidden" for invoke-rc.d; restore any policy that was there.
+  policy=/usr/sbin/policy-rc.d
+  saved=""
+  if [ -e "$policy" ]; then saved=$(mktemp); cp -p "$policy" "$saved"; fi
+  printf '#!/bin/sh\nexit 101\n' >"$policy"
+  chmod 755 "$policy"
+  rc=0
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } || rc=$?
+  if [ -n "$saved" ]; then mv -f "$saved" "$policy"; else rm -f "$policy"; fi
+  [ "$rc" -eq 0 ] || { echo "setup.sh: apt-get failed ($rc)" >&2; exit "$rc"; }
 fi
+
+# A system nginx/haproxy bound to :80 would only get in the way: stop and
+# disable the packaged services (no-ops where they never ran).
+for svc in nginx haproxy; do
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    systemctl disable --now "$svc" >/dev/null 2>&1 || true
+  else
+    if [ -x "/etc/init.d/$svc" ]; then "/etc/init.d/$svc" stop >/dev/null 2>&1 || true; fi
+    command -v update-rc.d >/dev/null 2>&1 && update-rc.d "$svc" disable >/dev/null 2>&1 || true
+  fi
+done
 
 # The agent mounts tracefs itself when it is missing; tests expect it too.
 if [ ! -d /sys/kernel/tracing/events ]; then

@@ -16,8 +16,11 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <zlib.h>
+
 #include <cctype>
 #include <cmath>
+#include <memory>
 
 #include "tool_common.h"
 
@@ -36,6 +39,10 @@ const char* kUsage = R"(usage: sample-client [options]
   --reader read|recv|recvmsg|readv|mixed  read syscall (default read; mixed rotates per read)
   --read-size BYTES       bytes asked per read call (default 16384)
   --read-delay-ms MS      sleep after each read (slow reader; default 0)
+  --stall-after N         stop reading once N SSE events were parsed (whole stream, any kind) ...
+  --stall-ms MS           ... for MS milliseconds, then read on (a reader that stalls mid-stream)
+  --accept-encoding ENC   send "Accept-Encoding: ENC" (e.g. gzip); gzip/deflate bodies are inflated
+                          before SSE parsing (event end_offset is then the compressed offset of the read)
   --rcvbuf BYTES          SO_RCVBUF set before connect (default: kernel default)
   --anthropic             Anthropic Messages request body (and default path /v1/messages)
   --no-stream             "stream": false
@@ -69,6 +76,9 @@ struct Config {
   Reader reader = Reader::read;
   std::int64_t read_size = 16384;
   double read_delay_ms = 0;
+  std::int64_t stall_after = 0;
+  double stall_ms = 0;
+  std::string accept_encoding;
   std::int64_t rcvbuf = 0;
   bool anthropic = false, stream = true, usage = false;
   std::int64_t prompt_bytes = 0;
@@ -198,6 +208,7 @@ class ResponseParser {
     content_length = -1;
     chunked = close_after = false;
     event_stream = false;
+    inflater_.reset();
     remaining_ = 0;
     line_.clear();
     sse.reset();
@@ -293,6 +304,7 @@ class ResponseParser {
   int status = 0;
   std::int64_t content_length = -1;
   bool chunked = false, close_after = false, event_stream = false;
+  std::string content_encoding;  // lower-case, "" when none
   std::int64_t body_bytes = 0;
   SseSplitter sse;
 
@@ -300,7 +312,29 @@ class ResponseParser {
   template <typename Cb>
   void body(const char* p, std::size_t n, std::uint64_t off, Cb&& on_event) {
     body_bytes += std::int64_t(n);
-    if (event_stream) sse.feed(p, n, off, on_event);
+    if (!event_stream) return;
+    if (!inflater_) {
+      sse.feed(p, n, off, on_event);
+      return;
+    }
+    // Compressed body: inflate what this read brought; events completed by it
+    // end at the read's compressed offset.
+    const std::uint64_t end = off + n;
+    auto cb = [&](const SseEvent& e, std::uint64_t) { on_event(e, end); };
+    z_stream& z = inflater_->z;
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(p));
+    z.avail_in = uInt(n);
+    char out[16384];
+    while (z.avail_in > 0 && !inflater_->ended) {
+      z.next_out = reinterpret_cast<Bytef*>(out);
+      z.avail_out = sizeof out;
+      int rc = inflate(&z, Z_SYNC_FLUSH);
+      std::size_t got = sizeof out - z.avail_out;
+      if (got) sse.feed(out, got, 0, cb);
+      if (rc == Z_STREAM_END) inflater_->ended = true;
+      else if (rc == Z_BUF_ERROR && got == 0) break;
+      else if (rc != Z_OK) return fail(std::string("inflate: ") + (z.msg ? z.msg : "error"));
+    }
   }
 
   void fail(std::string m) {
@@ -342,6 +376,15 @@ class ResponseParser {
         if (val.find("keep-alive") != std::string::npos) close_after = false;
       } else if (name == "content-type" && val.find("text/event-stream") != std::string::npos)
         event_stream = true;
+      else if (name == "content-encoding")
+        content_encoding = val;
+    }
+    if (content_encoding == "gzip" || content_encoding == "x-gzip" || content_encoding == "deflate") {
+      inflater_ = std::make_unique<Inflater>();
+      // 15+32: zlib or gzip header, detected; "deflate" is zlib-wrapped per RFC 9110.
+      if (inflateInit2(&inflater_->z, 15 + 32) != Z_OK) return fail("inflateInit2 failed");
+    } else if (!content_encoding.empty() && content_encoding != "identity") {
+      return fail("unsupported content-encoding: " + content_encoding);
     }
     if (chunked) state_ = State::chunk_size;
     else if (content_length >= 0) state_ = content_length == 0 ? State::done : State::body_length;
@@ -353,6 +396,12 @@ class ResponseParser {
     remaining_ = content_length;
   }
 
+  struct Inflater {
+    z_stream z{};
+    bool ended = false;
+    ~Inflater() { inflateEnd(&z); }
+  };
+  std::unique_ptr<Inflater> inflater_;
   State state_ = State::head;
   std::string head_;
   std::string line_;
@@ -390,6 +439,7 @@ std::string build_request() {
   std::string r = "POST " + g_cfg.path + " HTTP/1.1\r\nHost: " + g_cfg.host + ":" + std::to_string(g_cfg.port) +
                   "\r\nUser-Agent: infertap-sample-client/1\r\nContent-Type: application/json\r\n";
   r += g_cfg.stream ? "Accept: text/event-stream\r\n" : "Accept: application/json\r\n";
+  if (!g_cfg.accept_encoding.empty()) r += "Accept-Encoding: " + g_cfg.accept_encoding + "\r\n";
   if (g_cfg.anthropic) r += "x-api-key: sk-ant-test\r\nanthropic-version: 2023-06-01\r\n";
   else r += "Authorization: Bearer sk-test\r\n";
   r += "Connection: keep-alive\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n";
@@ -585,6 +635,7 @@ ReqResult run_request(Worker& w, std::int64_t req) {
     if (used < lo.size()) w.leftover = lo.substr(used);
   }
   const double delay_ms = g_cfg.read_delay_ms;
+  bool stalled = false;
   while (p.state() != ResponseParser::State::done && p.state() != ResponseParser::State::error) {
     Reader r = g_cfg.reader;
     if (r == Reader::mixed) {
@@ -608,6 +659,27 @@ ReqResult run_request(Worker& w, std::int64_t req) {
     std::uint64_t start = w.offset - std::uint64_t(n);
     std::size_t used = p.feed(w.buf.data(), std::size_t(n), start, on_event);
     if (used < std::size_t(n)) w.leftover.assign(w.buf.data() + used, std::size_t(n) - used);
+    if (g_cfg.stall_after > 0 && !stalled && res.events >= g_cfg.stall_after &&
+        p.state() != ResponseParser::State::done) {
+      stalled = true;
+      const std::int64_t t0 = it::mono_ns();
+      it::sleep_ns(std::int64_t(g_cfg.stall_ms * 1e6));
+      if (g_log.enabled()) {  // ground truth for client_read / backpressure tests
+        std::string& l = w.line;
+        l = "{\"type\":\"stall\",\"conn\":";
+        common_fields(w, req);
+        l += ",\"after_events\":";
+        it::append_int(l, res.events);
+        l += ",\"start_ns\":";
+        it::append_int(l, t0);
+        l += ",\"end_ns\":";
+        it::append_int(l, it::mono_ns());
+        l += ",\"fd\":";
+        it::append_int(l, w.fd);
+        l += '}';
+        g_log.append(l);
+      }
+    }
     if (delay_ms > 0 && p.state() != ResponseParser::State::done) it::sleep_ns(std::int64_t(delay_ms * 1e6));
   }
   if (p.state() == ResponseParser::State::error && res.error.empty()) res.error = "protocol: " + p.error();
@@ -696,7 +768,7 @@ double percentile(std::vector<double>& v, double q) {
 int main(int argc, char** argv) {
   it::Args a(kUsage);
   for (const char* o : {"host", "port", "path", "model", "tokens", "concurrency", "requests", "reader", "read-size",
-                        "read-delay-ms", "rcvbuf", "prompt-bytes", "expect-status", "timeout-ms", "log"})
+                        "read-delay-ms", "rcvbuf", "stall-after", "stall-ms", "accept-encoding", "prompt-bytes", "expect-status", "timeout-ms", "log"})
     a.option(o);
   for (const char* f : {"anthropic", "no-stream", "usage"}) a.flag(f);
   if (!a.parse(argc, argv)) return 2;
@@ -717,6 +789,9 @@ int main(int argc, char** argv) {
                               : Reader::mixed;
   c.read_size = std::max<std::int64_t>(1, a.integer("read-size", c.read_size));
   c.read_delay_ms = a.number("read-delay-ms", 0);
+  c.stall_after = a.integer("stall-after", 0);
+  c.stall_ms = a.number("stall-ms", 0);
+  c.accept_encoding = a.str("accept-encoding", "");
   c.rcvbuf = a.integer("rcvbuf", 0);
   c.stream = !a.has("no-stream");
   c.usage = a.has("usage");

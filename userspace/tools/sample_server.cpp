@@ -31,7 +31,10 @@ const char* kUsage = R"(usage: sample-server [options]
   --host ADDR            listen address (default 127.0.0.1)
   --port N               listen port; 0 = ephemeral (default 8000). First stdout line: "listening <port>"
   --model NAME           model name when the request has none (default infertap-sample)
-  --framing chunked|close  streaming response framing (default chunked)
+  --framing chunked|close  streaming response framing (default chunked; an HTTP/1.0 request, e.g.
+                         from nginx's default proxy_http_version 1.0, always gets close-delimited)
+  --accel-buffering yes|no  send "X-Accel-Buffering: yes|no" on streams (default: no such header;
+                         "no" switches nginx proxy buffering off for the response)
   --sender write|send|sendmsg|writev|mixed  send syscall (default write; mixed rotates per syscall)
   --ttft-ms MS           delay before the first content event (default 20)
   --itl-ms MS            gap between content events (default 10)
@@ -42,11 +45,14 @@ const char* kUsage = R"(usage: sample-server [options]
   --events-per-write K   coalesce K SSE events into one send syscall (default 1)
   --slow-factor F        itl multiplier while slow mode is on (SIGUSR1 toggles; default 2.0)
   --usage                always send the usage chunk (else only with stream_options.include_usage)
-  --log FILE             NDJSON log, one line per send syscall (+ request lines)
+  --log FILE             NDJSON log, one line per send syscall (+ request lines); mono_ns is read
+                         right after the syscall returned, call_ns is the time spent inside it
   --exit-after N         exit after N streaming responses completed
   --max-conns N          concurrent connections before answering 503 (default 4096)
   --grace-ms MS          on SIGTERM/SIGINT wait up to MS for open streams to finish (default 0)
   --no-nodelay           do not set TCP_NODELAY on accepted sockets
+  --sndbuf BYTES         SO_SNDBUF on accepted sockets (the kernel doubles it and stops autotuning);
+                         with a slow reader a small one makes sends block (default: kernel autotuning)
   --seed N               PRNG seed for ids and jitter (default: random)
 Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages, GET /health, GET /v1/models.
 Signals: SIGUSR1 toggles slow mode; SIGTERM/SIGINT flush the log and exit 0.
@@ -78,11 +84,13 @@ struct Config {
   std::int64_t events_per_write = 1;
   double slow_factor = 2.0;
   bool usage = false;
+  std::string accel_buffering;  // "", "yes" or "no": X-Accel-Buffering response header
   std::string log_path;
   std::int64_t exit_after = 0;
   std::int64_t max_conns = 4096;
   double grace_ms = 0;
   bool nodelay = true;
+  std::int64_t sndbuf = 0;
   std::uint64_t seed = 0;
 };
 
@@ -175,7 +183,10 @@ struct SendInfo {
   std::string_view kind;
 };
 
-void log_send(Conn& c, const SendInfo& si, std::int64_t ts, std::size_t bytes, const char* sender, int err) {
+// call_ns: time spent inside the send syscall (enter to return): a send that
+// blocked on a full send buffer (slow reader) shows here.
+void log_send(Conn& c, const SendInfo& si, std::int64_t ts, std::int64_t call_ns, std::size_t bytes,
+              const char* sender, int err) {
   if (!g_log.enabled()) return;
   std::string& l = c.line;
   l.clear();
@@ -201,6 +212,8 @@ void log_send(Conn& c, const SendInfo& si, std::int64_t ts, std::size_t bytes, c
     l += ",\"first_event_index\":";
     it::append_int(l, si.first_event_index);
   }
+  l += ",\"call_ns\":";
+  it::append_int(l, call_ns);
   l += ",\"sender\":\"";
   l += sender;
   l += "\",\"peer_port\":";
@@ -230,6 +243,7 @@ std::int64_t send_wire(Conn& c, const Wire& w, const SendInfo& si) {
   iovec iov[IOV_MAX > 1024 ? 1024 : IOV_MAX];
   while (done < total) {
     ssize_t n;
+    const std::int64_t t_enter = it::mono_ns();
     if (s == Sender::write) {
       n = ::write(c.fd, w.data.data() + done, total - done);
     } else if (s == Sender::send) {
@@ -257,13 +271,13 @@ std::int64_t send_wire(Conn& c, const Wire& w, const SendInfo& si) {
     if (n < 0) {
       int e = errno;
       if (e == EINTR) continue;
-      log_send(c, si, ts, 0, sname, e);
+      log_send(c, si, ts, ts - t_enter, 0, sname, e);
       g_send_errors.fetch_add(1, std::memory_order_relaxed);
       return -1;
     }
     done += std::size_t(n);
     c.offset += std::uint64_t(n);
-    log_send(c, si, ts, std::size_t(n), sname, 0);
+    log_send(c, si, ts, ts - t_enter, std::size_t(n), sname, 0);
   }
   return ts;
 }
@@ -359,6 +373,7 @@ struct StreamParams {
   std::string model;
   std::int64_t n_tokens;
   bool include_usage;
+  bool http10 = false;  // the request was HTTP/1.0: no chunked framing, close after the response
   std::int64_t prompt_tokens;
 };
 
@@ -527,10 +542,12 @@ bool serve_nonstream(Conn& c, const StreamParams& p, bool keep_alive) {
 
 // Returns false when the connection must be closed afterwards.
 bool serve_stream(Conn& c, const StreamParams& p, bool keep_alive, bool& ok) {
-  const bool chunked = g_cfg.framing == Framing::chunked;
+  // HTTP/1.0 peers cannot parse chunked framing: close-delimited for them.
+  const bool chunked = g_cfg.framing == Framing::chunked && !p.http10;
   if (!chunked) keep_alive = false;
   g_streams_active.fetch_add(1);
   std::string h = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n";
+  if (!g_cfg.accel_buffering.empty()) h += "X-Accel-Buffering: " + g_cfg.accel_buffering + "\r\n";
   if (p.api == Api::anthropic) h += "request-id: req_" + random_id(c.rng, 24) + "\r\n";
   else h += "x-request-id: " + random_id(c.rng, 32) + "\r\n";
   h += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
@@ -704,6 +721,7 @@ void serve_connection(Conn& c) {
 
     if (known && r.method == "POST") {
       StreamParams p;
+      p.http10 = r.version == "HTTP/1.0";
       p.api = api;
       p.model = it::json_get_string(r.body, "model").value_or(g_cfg.model);
       if (p.model.empty()) p.model = g_cfg.model;
@@ -829,7 +847,7 @@ int main(int argc, char** argv) {
   it::Args a(kUsage);
   for (const char* o : {"host", "port", "model", "framing", "sender", "ttft-ms", "itl-ms", "jitter-ms", "tokens",
                         "pause-after", "pause-ms", "events-per-write", "slow-factor", "log", "exit-after",
-                        "max-conns", "grace-ms", "seed"})
+                        "max-conns", "grace-ms", "seed", "accel-buffering", "sndbuf"})
     a.option(o);
   a.flag("usage");
   a.flag("no-nodelay");
@@ -854,11 +872,13 @@ int main(int argc, char** argv) {
   c.events_per_write = std::max<std::int64_t>(1, a.integer("events-per-write", c.events_per_write));
   c.slow_factor = a.number("slow-factor", c.slow_factor);
   c.usage = a.has("usage");
+  if (a.has("accel-buffering")) c.accel_buffering = a.choice("accel-buffering", "", {"yes", "no"});
   c.log_path = a.str("log", "");
   c.exit_after = a.integer("exit-after", 0);
   c.max_conns = a.integer("max-conns", c.max_conns);
   c.grace_ms = a.number("grace-ms", 0);
   c.nodelay = !a.has("no-nodelay");
+  c.sndbuf = a.integer("sndbuf", 0);
   c.seed = a.has("seed") ? std::uint64_t(a.integer("seed", 0)) : it::seed_from_entropy();
   if (c.port < 0 || c.port > 65535) {
     std::fprintf(stderr, "bad --port\n");
@@ -920,6 +940,10 @@ int main(int argc, char** argv) {
       }
       std::fprintf(stderr, "accept: %s\n", std::strerror(errno));
       break;
+    }
+    if (c.sndbuf > 0) {
+      int v = int(c.sndbuf);
+      setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
     }
     if (c.nodelay) {
       int one = 1;
