@@ -58,7 +58,8 @@ struct itap_args {
 	__u8 syscall;    /* enum itap_syscall */
 	__u8 verdict;    /* verdict seen at entry, 0 = not classified yet */
 	__u8 direction;  /* enum itap_direction */
-	__u8 pad[5];
+	__u8 more;       /* socket set: the send carried MSG_MORE */
+	__u8 pad[4];
 };
 
 struct {
@@ -572,6 +573,8 @@ static __always_inline int emit_io(struct itap_args a, long ret, __u64 ts, __u64
 			flags |= ITAP_F_TRUNCATED;
 		if (send && (__u64)ret < a.requested)
 			flags |= ITAP_F_PARTIAL;
+		if (a.more)
+			flags |= ITAP_F_MORE;
 
 		if (!verdict) {
 			struct itap_conn c = {};
@@ -773,6 +776,9 @@ int itap_raw_sock_state(struct bpf_raw_tracepoint_args *ctx)
 #ifndef MSG_PEEK
 #define MSG_PEEK 2
 #endif
+#ifndef MSG_MORE
+#define MSG_MORE 0x8000
+#endif
 #ifndef MSG_ERRQUEUE
 #define MSG_ERRQUEUE 0x2000
 #endif
@@ -824,6 +830,11 @@ static __always_inline int handle_sock_io(struct sock *sk, int ret, int msg_flag
 	}
 	a.sk = skey;
 	a.enter_ns = ts;
+	/* the tracepoint carries no send flags: MSG_MORE is in the syscall's own */
+	if (sc == ITAP_SC_SENDTO)
+		a.more = (regs.r10 & MSG_MORE) != 0;
+	else if (sc == ITAP_SC_SENDMSG)
+		a.more = (regs.dx & MSG_MORE) != 0;
 	if (send && conn && conn->send_start_ns) {
 		/* stamped by itap_tcp_send_start: the call's duration, blocking included */
 		a.enter_ns = conn->send_start_ns;

@@ -35,8 +35,8 @@
  */
 #define ITAP_HEAD_MAX 4096
 #define ITAP_TAIL_MAX 256
-#define ITAP_HEAD_DEFAULT 512
-#define ITAP_TAIL_DEFAULT 128
+#define ITAP_HEAD_DEFAULT 4096
+#define ITAP_TAIL_DEFAULT 256
 
 /* Scatter/gather sends and receives: iovecs walked per syscall. */
 #define ITAP_IOV_MAX 8
@@ -78,6 +78,7 @@ enum itap_event_flags {
 	ITAP_F_EOF = 1 << 3,       /* receive returned 0: peer closed its side */
 	ITAP_F_READ_FAILED = 1 << 4, /* bpf_probe_read_user failed: captured bytes are zero */
 	ITAP_F_NEW_SOCKET = 1 << 5, /* first event the kernel side saw on this socket */
+	ITAP_F_MORE = 1 << 6,       /* send with MSG_MORE: the kernel may hold the bytes for more */
 };
 
 /* Verdict the kernel keeps per socket (map itap_conns). */

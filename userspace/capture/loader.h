@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "capture/abi_check.h"
+
 namespace infertap::capture {
 
 // How the syscall programs attach. Both sets run the same capture code.
@@ -21,8 +23,11 @@ enum class AttachMethod {
 
 struct CaptureConfig {
   AttachMethod attach = AttachMethod::automatic;
-  std::uint32_t head_bytes = 512;  // <= ITAP_HEAD_MAX
-  std::uint32_t tail_bytes = 128;  // <= ITAP_TAIL_MAX
+  // A send or receive copies min(bytes moved, head) + tail bytes: one token
+  // event (~250 B) costs the same whatever the caps; the caps matter for
+  // bursts (a gateway flushing what it held), whose events are the evidence.
+  std::uint32_t head_bytes = ITAP_HEAD_DEFAULT;  // <= ITAP_HEAD_MAX
+  std::uint32_t tail_bytes = ITAP_TAIL_DEFAULT;  // <= ITAP_TAIL_MAX
   std::uint32_t ringbuf_bytes = 16u << 20;  // power of two
   // Optional in-kernel filters; empty = every process/port/cgroup eligible.
   std::vector<std::uint32_t> pids;

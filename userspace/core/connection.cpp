@@ -367,7 +367,10 @@ void Connection::on_sse_event(const protocol::SseEvent& e) {
     t.wire_bytes = e.wire_bytes;
     t.kind = meaning.kind;
     t.truncated = e.truncated;
-    if (current_) t.syscall_ns = current_->h().ts_ns - std::min(current_->h().ts_ns, current_->h().enter_ns);
+    if (current_) {
+      t.syscall_ns = current_->h().ts_ns - std::min(current_->h().ts_ns, current_->h().enter_ns);
+      t.more = (current_->h().flags & ITAP_F_MORE) != 0;
+    }
     const std::uint64_t end = e.stream_offset + e.wire_bytes;
     if (body_span_.valid && end > body_span_.body_start && end <= body_span_.body_start + body_span_.len) {
       t.end_seq = body_span_.seq_start + static_cast<std::uint32_t>(end - body_span_.body_start);

@@ -15,7 +15,8 @@ std::optional<std::uint64_t> percentile(std::vector<std::uint64_t> sample, doubl
 }
 
 StreamMetrics metrics_of(const std::vector<TimestampNs>& token_times, TimestampNs request_end_ns,
-                         TimestampNs last_event_ns, std::uint64_t tokens, const PipelineConfig& config) {
+                         TimestampNs last_event_ns, std::uint64_t tokens, const PipelineConfig& config,
+                         const std::vector<bool>& gap_observed) {
   StreamMetrics m;
   m.content_events = static_cast<std::uint32_t>(token_times.size());
   m.tokens = tokens;
@@ -51,7 +52,8 @@ StreamMetrics metrics_of(const std::vector<TimestampNs>& token_times, TimestampN
     const auto relative = static_cast<std::uint64_t>(config.stall_ratio * static_cast<double>(*m.itl_p50_ns));
     m.stall_threshold_ns = std::max(config.stall_floor_ns, relative);
     for (std::size_t i = 0; i < gaps.size(); ++i) {
-      if (gaps[i] > m.stall_threshold_ns) {
+      const bool observed = i >= gap_observed.size() || gap_observed[i];
+      if (gaps[i] > m.stall_threshold_ns && observed) {
         m.stalls.push_back(Stall{static_cast<std::uint32_t>(i), token_times[i], gaps[i], StallCause::none, {}});
       }
     }
@@ -59,6 +61,26 @@ StreamMetrics metrics_of(const std::vector<TimestampNs>& token_times, TimestampN
     m.stall_threshold_ns = config.stall_floor_ns;
   }
   return m;
+}
+
+std::vector<bool> content_gaps_observed(const std::vector<TimelineEvent>& timeline) {
+  std::vector<bool> out;
+  const TimelineEvent* prev_content = nullptr;
+  bool whole = true;  // since the previous content event
+  const TimelineEvent* prev = nullptr;
+  for (const TimelineEvent& e : timeline) {
+    // A hole always lies inside one syscall: an event cut by it (truncated)
+    // still has the time of the syscall that moved the bytes it swallowed. Only
+    // a break in the offsets (events lost across syscalls) hides a time.
+    if (prev && e.offset != prev->offset + prev->wire_bytes) whole = false;
+    if (e.kind == protocol::EventKind::content) {
+      if (prev_content) out.push_back(whole);
+      prev_content = &e;
+      whole = true;
+    }
+    prev = &e;
+  }
+  return out;
 }
 
 void compute_metrics(StreamRecord& record, std::optional<std::uint64_t> usage_completion_tokens,
@@ -71,7 +93,7 @@ void compute_metrics(StreamRecord& record, std::optional<std::uint64_t> usage_co
   const std::uint64_t tokens = usage_completion_tokens ? *usage_completion_tokens : content_events;
   const bool has_request = record.request_end_ns != 0 && !record.joined_midstream;
   StreamMetrics m = metrics_of(token_times, has_request ? record.request_end_ns : 0, record.last_event_ns, tokens,
-                               config);
+                               config, content_gaps_observed(record.timeline));
   m.events = static_cast<std::uint32_t>(record.timeline.size());
   m.token_source = usage_completion_tokens ? "usage" : "events";
   record.metrics = std::move(m);

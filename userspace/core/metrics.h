@@ -16,8 +16,15 @@ std::optional<std::uint64_t> percentile(std::vector<std::uint64_t> sample, doubl
 
 // Metrics of one series of token-event times (any vantage). TTFT and e2e are
 // measured from request_end_ns (0: none); stalls index the series.
+// `gap_observed[i]` (optional): no capture hole lies between token i and i+1;
+// a gap over lost events is not judged a stall (its events' times are unknown).
 StreamMetrics metrics_of(const std::vector<TimestampNs>& token_times, TimestampNs request_end_ns,
-                         TimestampNs last_event_ns, std::uint64_t tokens, const PipelineConfig& config);
+                         TimestampNs last_event_ns, std::uint64_t tokens, const PipelineConfig& config,
+                         const std::vector<bool>& gap_observed = {});
+
+// For each pair of consecutive content events of the timeline: do the events
+// between them cover every byte (none lost between syscalls)?
+std::vector<bool> content_gaps_observed(const std::vector<TimelineEvent>& timeline);
 
 // Fills record.metrics from record.timeline, request_end_ns, last_event_ns and
 // `usage_completion_tokens` (the stream's own usage report, when it had one).

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/metrics.h"
@@ -50,6 +51,20 @@ std::vector<int> match_tcp_ends(const StreamRecord& from, const StreamRecord& to
       if (auto it = by_offset.find({e.offset, e.wire_bytes}); it != by_offset.end()) out[i] = it->second;
     }
   }
+  // An event the other end did not capture whole (several events in one
+  // read, larger than the capture window) moved no later than the next event
+  // that end did capture: TCP keeps the order.
+  if (to.timeline.empty()) return out;
+  // Only inside the other record's stream, not an earlier response on the connection.
+  const std::uint32_t to_start = to.timeline.front().end_seq - static_cast<std::uint32_t>(to.body_bytes + 65536);
+  std::size_t j = 0;
+  for (std::size_t i = 0; i < from.timeline.size(); ++i) {
+    const std::uint32_t seq = from.timeline[i].end_seq;
+    if (out[i] >= 0 || !seq || !seq_leq(to_start, seq)) continue;
+    while (j < to.timeline.size() && !(to.timeline[j].end_seq && seq_leq(seq, to.timeline[j].end_seq))) ++j;
+    if (j == to.timeline.size()) break;
+    out[i] = static_cast<int>(j);
+  }
   return out;
 }
 
@@ -60,18 +75,29 @@ std::vector<int> match_by_content(const StreamRecord& up, const StreamRecord& do
   for (std::size_t k = 0; k < down.timeline.size(); ++k) {
     if (down.timeline[k].data_hash) positions[down.timeline[k].data_hash].push_back(static_cast<int>(k));
   }
+  // Events the downstream capture did not see whole have no hash; a gateway
+  // that passes the body through unchanged keeps its offsets.
+  std::map<std::pair<std::uint64_t, std::uint32_t>, int> by_offset;
+  if (!up.joined_midstream && !down.joined_midstream) {
+    for (std::size_t k = 0; k < down.timeline.size(); ++k)
+      by_offset.emplace(std::make_pair(down.timeline[k].offset, down.timeline[k].wire_bytes), static_cast<int>(k));
+  }
   std::vector<int> out(up.timeline.size(), -1);
   int last = -1;
   for (std::size_t j = 0; j < up.timeline.size(); ++j) {
     const std::uint64_t h = up.timeline[j].data_hash;
-    if (!h) continue;
-    auto it = positions.find(h);
-    if (it == positions.end()) continue;
-    auto& q = it->second;
-    while (!q.empty() && q.front() <= last) q.pop_front();  // identical events: keep the order
-    if (q.empty()) continue;
-    out[j] = last = q.front();
-    q.pop_front();
+    auto it = h ? positions.find(h) : positions.end();
+    if (it != positions.end()) {
+      auto& q = it->second;
+      while (!q.empty() && q.front() <= last) q.pop_front();  // identical events: keep the order
+      if (!q.empty()) {
+        out[j] = last = q.front();
+        q.pop_front();
+        continue;
+      }
+    }
+    auto o = by_offset.find({up.timeline[j].offset, up.timeline[j].wire_bytes});
+    if (o != by_offset.end() && o->second > last) out[j] = last = o->second;
   }
   return out;
 }
@@ -114,7 +140,8 @@ void PathJoiner::add(StreamRecord&& record, TimestampNs now) {
   h.cap = now + config_.stream_idle_timeout_ns;
   h.want_peer = peer_activity_ && peer_activity_(h.rec.conn.remote, h.rec.conn.local) != Activity::none;
   link(h);
-  h.want_gateway = !h.gw && h.rec.role != Role::unknown && gateway_partner_active_ && gateway_partner_active_(h.rec);
+  h.want_gateway = !h.gw && h.rec.role != Role::unknown && gateway_partner_active_ &&
+                   gateway_partner_active_(h.rec) != Activity::none;
   try_release(h, now, false);
 }
 
@@ -139,13 +166,12 @@ void PathJoiner::link(Held& h) {
         o.rec.role != Role::unknown) {
       Held& up = r.role == Role::client ? h : o;
       Held& down = r.role == Role::client ? o : h;
-      if (!up.rec.response_id.empty() && !down.rec.response_id.empty() &&
-          up.rec.response_id != down.rec.response_id)
-        continue;
+      const bool same_id = !up.rec.response_id.empty() && up.rec.response_id == down.rec.response_id;
+      if (!up.rec.response_id.empty() && !down.rec.response_id.empty() && !same_id) continue;
       std::vector<int> u2d = match_by_content(up.rec, down.rec);
       const int matched = count_matched(u2d);
       const int needed = std::min<int>(3, static_cast<int>(up.rec.timeline.size()));
-      if (matched == 0 || matched < needed) continue;
+      if (matched == 0 || (matched < needed && !same_id)) continue;
       up.gw = &down;
       down.gw = &up;
       down.to_gw.assign(down.rec.timeline.size(), -1);
@@ -203,7 +229,7 @@ void PathJoiner::try_release(Held& h, TimestampNs now, bool force) {
         const bool peer_streaming = m->want_peer && !m->peer && peer_activity_ &&
                                     peer_activity_(m->rec.conn.remote, m->rec.conn.local) == Activity::streaming;
         const bool leg_streaming = m->want_gateway && !m->gw && gateway_partner_active_ &&
-                                   gateway_partner_active_(m->rec);
+                                   gateway_partner_active_(m->rec) == Activity::streaming;
         if (peer_streaming || leg_streaming) ready = false;
       }
     }
@@ -429,10 +455,16 @@ std::pair<StallCause, std::string> PathJoiner::diagnose(const Held* h, int a, in
         for (int u : at->gw->to_gw) {
           if (u == worst_b->index) ++burst;
         }
-        out = {StallCause::gateway_buffering,
-               "gateway read the event " + ms(e.upstream_ns && e.ts_ns > e.upstream_ns ? e.ts_ns - e.upstream_ns : 0) +
-                   " before sending it; " + std::to_string(std::max(burst, e.events_in_syscall)) +
-                   " events left in one send"};
+        std::uint64_t held = 0;
+        for (std::size_t k = worst_k; k-- > 0;) {
+          if (hb[k].kind == HopKind::read && hb[k].at == at->gw) {
+            held = worst_b->ts > hb[k].ts ? worst_b->ts - hb[k].ts : 0;
+            break;
+          }
+        }
+        out = {StallCause::gateway_buffering, "gateway held the event " + ms(held) + " after reading it; " +
+                                                  std::to_string(std::max(burst, e.events_in_syscall)) +
+                                                  " events left in one send"};
       }
       break;
     }
@@ -462,7 +494,19 @@ std::pair<StallCause, std::string> PathJoiner::diagnose(const Held* h, int a, in
       const std::uint64_t zero = overlap_ns(tcp.zero_window, ta, tb);
       const std::size_t rt = count_in(tcp.retransmit_ns, ta, tb);
       const char* vantage = worst_b->kind == HopKind::acked ? "ACK" : "arrival";
-      if (gap && zero * 10 >= gap * 3) {
+      const Hop* send_hop = nullptr;
+      for (std::size_t k = worst_k + 1; k-- > 0;) {
+        if (hb[k].kind == HopKind::emit) {
+          send_hop = &hb[k];
+          break;
+        }
+      }
+      const bool held_by_kernel =
+          send_hop && send_hop->at->rec.timeline[static_cast<std::size_t>(send_hop->index)].more;
+      if (held_by_kernel && sender && sender->gw) {
+        out = {StallCause::gateway_buffering, "gateway sent with MSG_MORE: the kernel held the bytes " +
+                                                  ms(static_cast<std::uint64_t>(worst)) + " before they left"};
+      } else if (gap && zero * 10 >= gap * 3) {
         out = {ends_at_local_reader ? StallCause::client_read : StallCause::backpressure,
                "receiver's window 0 for " + ms(zero)};
       } else if (rt > 0) {
@@ -482,6 +526,60 @@ std::pair<StallCause, std::string> PathJoiner::diagnose(const Held* h, int a, in
     out = {StallCause::client_read, "the reader did not drain: " + out.second};
   }
   return out;
+}
+
+// Where one event spent the time between its emit and its delivery: the hop
+// that added most of it.
+std::pair<StallCause, std::string> PathJoiner::delay_cause(const std::vector<Hop>& path) {
+  std::size_t worst_k = 0;
+  std::uint64_t worst = 0;
+  for (std::size_t k = 1; k < path.size(); ++k) {
+    const std::uint64_t d = path[k].ts > path[k - 1].ts ? path[k].ts - path[k - 1].ts : 0;
+    if (d > worst) {
+      worst = d;
+      worst_k = k;
+    }
+  }
+  if (worst_k == 0) return {StallCause::none, ""};
+  const Hop& hop = path[worst_k];
+  const Hop* sent = nullptr;
+  for (std::size_t k = worst_k + 1; k-- > 0;) {
+    if (path[k].kind == HopKind::emit) {
+      sent = &path[k];
+      break;
+    }
+  }
+  const bool final_reader = path.back().kind == HopKind::read;
+  switch (hop.kind) {
+    case HopKind::emit: {
+      const TimelineEvent& e = hop.at->rec.timeline[static_cast<std::size_t>(hop.index)];
+      const TcpContext& tcp = hop.at->rec.tcp;
+      const TimestampNs from = path[worst_k - 1].ts;
+      if (overlap_ns(tcp.zero_window, from, hop.ts) * 10 >= worst * 3 || e.syscall_ns * 2 >= worst) {
+        return {final_reader ? StallCause::client_read : StallCause::backpressure,
+                "the gateway's send waited " + ms(e.syscall_ns) + " for its reader"};
+      }
+      return {StallCause::gateway_buffering, "gateway held it " + ms(worst) + " after reading it; " +
+                                                 std::to_string(e.events_in_syscall) + " events in that send"};
+    }
+    case HopKind::read:
+      if (hop.at->gw) return {StallCause::gateway_buffering, "gateway read it " + ms(worst) + " after it arrived"};
+      return {StallCause::client_read, "it waited " + ms(worst) + " in the client's socket"};
+    case HopKind::arrived:
+    case HopKind::acked: {
+      if (sent && sent->at->gw && sent->at->rec.timeline[static_cast<std::size_t>(sent->index)].more) {
+        return {StallCause::gateway_buffering,
+                "gateway sent with MSG_MORE: the kernel held the bytes " + ms(worst) + " before they left"};
+      }
+      const TcpContext& tcp = sent ? sent->at->rec.tcp : TcpContext{};
+      if (overlap_ns(tcp.zero_window, path[worst_k - 1].ts, hop.ts) * 10 >= worst * 3) {
+        return {final_reader ? StallCause::client_read : StallCause::backpressure, "receiver's window was 0"};
+      }
+      return {StallCause::network, std::string(hop.kind == HopKind::acked ? "ACK" : "arrival") + " " + ms(worst) +
+                                       " after the send"};
+    }
+  }
+  return {StallCause::none, ""};
 }
 
 void PathJoiner::finish_group(const std::vector<Held*>& group) {
@@ -581,7 +679,8 @@ void PathJoiner::finish_group(const std::vector<Held*>& group) {
     if (d.vantage == "acked") d.path += ">remote";
     const bool has_request = r.request_end_ns != 0 && !r.joined_midstream;
     TimestampNs last = r.timeline.back().delivered_ns ? r.timeline.back().delivered_ns : delivered.back();
-    d.metrics = metrics_of(delivered, has_request ? r.request_end_ns : 0, last, r.metrics.tokens, config_);
+    d.metrics = metrics_of(delivered, has_request ? r.request_end_ns : 0, last, r.metrics.tokens, config_,
+                           content_gaps_observed(r.timeline));
     d.metrics.token_source = r.metrics.token_source;
     d.metrics.events = r.metrics.events;
     for (Stall& st : d.metrics.stalls) {
@@ -609,6 +708,7 @@ void PathJoiner::finish_group(const std::vector<Held*>& group) {
       if (st.cause != StallCause::model && st.cause != StallCause::none) ++path_stalls[st.cause];
     }
     const bool ttft_hurt = d.ttft_added_ns && *d.ttft_added_ns >= config_.stall_floor_ns;
+    if (ttft_hurt) std::tie(d.ttft_cause, d.ttft_evidence) = delay_cause(first);
     d.degraded_by_path = !path_stalls.empty() || ttft_hurt;
     if (d.degraded_by_path) {
       std::string why;
@@ -616,7 +716,10 @@ void PathJoiner::finish_group(const std::vector<Held*>& group) {
         why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + std::string(to_string(cause)) + " stall" +
                (n > 1 ? "s" : "");
       }
-      if (ttft_hurt) why += (why.empty() ? "" : ", ") + std::string("TTFT +") + ms(*d.ttft_added_ns);
+      if (ttft_hurt) {
+        why += (why.empty() ? "" : ", ") + std::string("TTFT +") + ms(*d.ttft_added_ns) + " (" +
+               std::string(to_string(d.ttft_cause)) + ")";
+      }
       d.degraded_reason = why;
     }
     r.delivery = std::move(d);

@@ -36,9 +36,10 @@ class PathJoiner {
   // server finishes later).
   enum class Activity { none, idle, streaming };
   using PeerActivity = std::function<Activity(const Endpoint& local, const Endpoint& remote)>;
-  // Is a stream in flight in the record's process, in the other role, that
-  // carries the same events (a gateway's other leg)?
-  using GatewayPartnerActive = std::function<bool(const StreamRecord& record)>;
+  // Could the record's process be a gateway (it follows connections in the
+  // other role too: `idle`), and is a stream in flight there that carries the
+  // same events (`streaming`)?
+  using GatewayPartnerActive = std::function<Activity(const StreamRecord& record)>;
 
   PathJoiner(const PipelineConfig& config, Release release, PeerActivity peer_activity,
              GatewayPartnerActive gateway_partner_active);
@@ -74,6 +75,7 @@ class PathJoiner {
   static std::vector<Hop> hops(const Held* h, int i);
   static std::pair<StallCause, std::string> emit_cause(const Held* s, int ia, int ib);
   static std::pair<StallCause, std::string> diagnose(const Held* h, int a, int b, bool through_final);
+  static std::pair<StallCause, std::string> delay_cause(const std::vector<Hop>& path);
 
   bool satisfied(const Held& h) const;
   void link(Held& h);

@@ -140,9 +140,10 @@ PathJoiner::Activity Pipeline::peer_activity(const Endpoint& local, const Endpoi
   return it->second->active_stream() ? PathJoiner::Activity::streaming : PathJoiner::Activity::idle;
 }
 
-bool Pipeline::gateway_partner_active(const StreamRecord& record) const {
+PathJoiner::Activity Pipeline::gateway_partner_active(const StreamRecord& record) const {
+  using Activity = PathJoiner::Activity;
   auto it = by_pid_.find(record.conn.pid);
-  if (it == by_pid_.end()) return false;
+  if (it == by_pid_.end()) return Activity::none;
   // The first few events identify a stream: chunk ids and timestamps differ
   // between streams.
   std::vector<std::uint64_t> mine;
@@ -150,17 +151,20 @@ bool Pipeline::gateway_partner_active(const StreamRecord& record) const {
     if (e.data_hash) mine.push_back(e.data_hash);
     if (mine.size() == 4) break;
   }
+  Activity found = Activity::none;
   for (const Connection* c : it->second) {
+    if (c->role() == record.role || c->role() == Role::unknown) continue;
+    found = Activity::idle;
     const StreamRecord* other = c->active_stream();
-    if (!other || c->role() == record.role || c->role() == Role::unknown) continue;
-    if (!record.response_id.empty() && other->response_id == record.response_id) return true;
+    if (!other) continue;
+    if (!record.response_id.empty() && other->response_id == record.response_id) return Activity::streaming;
     const std::size_t n = std::min<std::size_t>(other->timeline.size(), 8);
     for (std::size_t i = 0; i < n; ++i) {
       const std::uint64_t h = other->timeline[i].data_hash;
-      if (h && std::find(mine.begin(), mine.end(), h) != mine.end()) return true;
+      if (h && std::find(mine.begin(), mine.end(), h) != mine.end()) return Activity::streaming;
     }
   }
-  return false;
+  return found;
 }
 
 void Pipeline::evict_oldest(TimestampNs now) {

@@ -86,7 +86,7 @@ class Pipeline {
   std::unordered_map<std::string, Connection*> by_tuple_;
   std::unordered_map<std::uint32_t, std::vector<Connection*>> by_pid_;
   PathJoiner::Activity peer_activity(const Endpoint& local, const Endpoint& remote) const;
-  bool gateway_partner_active(const StreamRecord& record) const;
+  PathJoiner::Activity gateway_partner_active(const StreamRecord& record) const;
   PathJoiner path_;
 };
 

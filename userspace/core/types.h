@@ -62,6 +62,7 @@ struct TimelineEvent {
   bool truncated = false;            // not every byte of the event was captured
   std::uint64_t syscall_ns = 0;      // duration of the syscall that completed the event
   std::uint32_t events_in_syscall = 0;  // SSE events completed by that same syscall
+  bool more = false;  // that send carried MSG_MORE: the kernel may hold the bytes back
   // TCP sequence just past the event's last byte: exact when the byte was
   // captured, else the end of the syscall that moved it. Joins vantages.
   std::uint32_t end_seq = 0;
@@ -138,6 +139,10 @@ struct Delivery {
   std::optional<std::int64_t> itl_p99_added_ns;   // delivered ITL p99 - emitted ITL p99
   std::optional<std::int64_t> longest_pause_added_ns;
   std::uint32_t max_burst = 0;  // most token events delivered within 1 ms of each other
+  // Where the first token spent the time between its emit and its delivery
+  // (the hop that added most), when TTFT grew by the stall floor or more.
+  StallCause ttft_cause = StallCause::none;
+  std::string ttft_evidence;
   bool degraded_by_path = false;
   std::string degraded_reason;
 };

@@ -90,6 +90,12 @@ json delivery_json(const core::Delivery& d) {
   put_ms_signed(j, "itl_p99_added_ms", d.itl_p99_added_ns);
   put_ms_signed(j, "longest_pause_added_ms", d.longest_pause_added_ns);
   j["max_burst"] = d.max_burst;
+  if (d.ttft_cause == core::StallCause::none) {
+    j["ttft_cause"] = nullptr;
+  } else {
+    j["ttft_cause"] = core::to_string(d.ttft_cause);
+  }
+  j["ttft_evidence"] = d.ttft_evidence;
   j["degraded_by_path"] = d.degraded_by_path;
   j["degraded_reason"] = d.degraded_reason;
   return j;

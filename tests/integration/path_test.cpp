@@ -1,0 +1,344 @@
+// Where the delay happens, end to end as root: the real infertapd times
+// streams that pass real gateways (nginx, HAProxy), slow readers, a
+// rate-limited path into another network namespace and a server that pauses,
+// and each stall must carry the cause the scenario produces, and no other.
+// Each scenario runs three streams (keep-alive requests) and checks each one.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "support/gateways.h"
+#include "support/live_test.h"
+#include "support/netns.h"
+#include "support/process.h"
+#include "support/sample_peers.h"
+
+namespace infertap {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using testing::build_dir;
+using testing::ClientRun;
+using testing::Process;
+using testing::SampleServer;
+
+constexpr int kStreams = 3;
+
+std::vector<json> read_ndjson(const std::string& path) {
+  std::vector<json> out;
+  std::istringstream in(testing::read_file(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(json::parse(line));
+  }
+  return out;
+}
+
+std::set<std::string> causes_of(const json& stalls) {
+  std::set<std::string> out;
+  for (const auto& s : stalls) out.insert(s.at("cause").get<std::string>());
+  return out;
+}
+
+std::string describe(const json& r) {
+  json brief = {{"stream_id", r["stream_id"]}, {"role", r["role"]},           {"comm", r["comm"]},
+                {"ttft_ms", r["ttft_ms"]},     {"stalls", r["stalls"]},       {"delivery", r["delivery"]},
+                {"gateway", r["gateway"]},     {"tcp", r["tcp"]},             {"peer", r["peer_stream_id"]}};
+  return brief.dump(1);
+}
+
+class PathTest : public testing::LiveTest {
+ protected:
+  PathTest() : LiveTest("infertap-path") {}
+
+  void start_agent(const std::vector<std::uint16_t>& ports) {
+    std::vector<std::string> argv = {build_dir() + "/infertapd", "--timeline", "--stats", "--ready-file",
+                                     path("ready"), "-o", path("records.ndjson"), "--socket", "",
+                                     "--metrics-listen", ""};
+    for (std::uint16_t p : ports) {
+      argv.push_back("--port");
+      argv.push_back(std::to_string(p));
+    }
+    auto agent = Process::spawn(argv, path("agent.log"));
+    ASSERT_TRUE(agent) << "cannot start infertapd";
+    agent_.emplace(std::move(*agent));
+    ASSERT_TRUE(testing::wait_for_file(path("ready"), 20s))
+        << "infertapd did not attach:\n" << testing::read_file(path("agent.log"));
+  }
+
+  std::vector<json> stop_agent() {
+    // Records wait briefly for the other records of their path: let them go.
+    std::this_thread::sleep_for(1500ms);
+    auto st = agent_->stop(10s);
+    EXPECT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0)
+        << "infertapd did not exit cleanly:\n" << testing::read_file(path("agent.log"));
+    return read_ndjson(path("records.ndjson"));
+  }
+
+  static std::vector<json> by_comm(const std::vector<json>& records, const std::string& comm,
+                                   const std::string& role = "") {
+    std::vector<json> out;
+    for (const auto& r : records) {
+      if (r.value("comm", "") == comm && (role.empty() || r.value("role", "") == role)) out.push_back(r);
+    }
+    return out;
+  }
+
+  std::optional<Process> agent_;
+};
+
+// ---- direct --------------------------------------------------------------------
+
+TEST_F(PathTest, DirectLoopbackBlamesNothingOnThePathAndJoinsBothEnds) {
+  SampleServer server(path("server"), {"--ttft-ms", "20", "--itl-ms", "10"});
+  ASSERT_TRUE(server.ok()) << server.error();
+  start_agent({server.port()});
+  ClientRun c = testing::run_sample_client(path("client"), server.port(),
+                                           {"--tokens", "30", "--requests", std::to_string(kStreams)});
+  ASSERT_EQ(c.rc, 0) << c.output;
+  const auto records = stop_agent();
+  const auto servers = by_comm(records, "sample-server", "server");
+  const auto clients = by_comm(records, "sample-client", "client");
+  ASSERT_EQ(servers.size(), std::size_t(kStreams));
+  ASSERT_EQ(clients.size(), std::size_t(kStreams));
+  std::vector<std::int64_t> read_errors;
+  for (const auto& r : servers) {
+    const int seq = std::stoi(r["stream_id"].get<std::string>().substr(r["stream_id"].get<std::string>().find('-') + 1));
+    EXPECT_FALSE(r["peer_stream_id"].is_null()) << "both ends are on this host: " << describe(r);
+    ASSERT_TRUE(r["delivery"].is_object()) << describe(r);
+    EXPECT_EQ(r["delivery"]["vantage"], "read");
+    EXPECT_FALSE(r["delivery"]["degraded_by_path"].get<bool>()) << describe(r);
+    EXPECT_TRUE(r["stalls"].empty()) << describe(r);
+    EXPECT_TRUE(r["delivery"]["stalls"].empty()) << describe(r);
+    EXPECT_LT(r["delivery"]["ttft_added_ms"].get<double>(), 5.0) << describe(r);
+    // The client's read of each event, as the server record carries it,
+    // against the client's own clock read right after the read returned.
+    const testing::ClientLog log = testing::ClientLog::parse(c.log_path, 0, seq);
+    std::vector<std::int64_t> truth;
+    for (const auto& e : log.events)
+      if (e.content()) truth.push_back(e.mono_ns);
+    std::vector<std::int64_t> seen;
+    for (const auto& e : r["timeline"])
+      if (e["kind"] == "content" && !e["peer_ns"].is_null()) seen.push_back(e["peer_ns"].get<std::int64_t>());
+    ASSERT_EQ(seen.size(), truth.size()) << describe(r);
+    for (std::size_t i = 0; i < seen.size(); ++i) read_errors.push_back(truth[i] - seen[i]);
+  }
+  std::vector<std::int64_t> abs_errors;
+  for (auto e : read_errors) abs_errors.push_back(std::llabs(e));
+  std::sort(abs_errors.begin(), abs_errors.end());
+  const std::int64_t p50 = abs_errors[abs_errors.size() / 2];
+  const std::int64_t p99 = abs_errors[std::min(abs_errors.size() - 1, abs_errors.size() * 99 / 100)];
+  std::printf("  peer read error vs the client's own clock: p50 %lld us, p99 %lld us (n=%zu)\n",
+              static_cast<long long>(p50 / 1000), static_cast<long long>(p99 / 1000), abs_errors.size());
+  // Unpinned, the client's own log can be preempted between read and clock:
+  // the bound is the one the capture tests use for unpinned peers.
+  EXPECT_LE(p50, 200'000);
+  EXPECT_LE(p99, 2'000'000);
+}
+
+// ---- the server pauses -----------------------------------------------------------
+
+TEST_F(PathTest, ServerPauseIsTheModelsAndNotThePaths) {
+  SampleServer server(path("server"), {"--ttft-ms", "20", "--itl-ms", "10", "--pause-after", "10", "--pause-ms", "300"});
+  ASSERT_TRUE(server.ok()) << server.error();
+  start_agent({server.port()});
+  ClientRun c = testing::run_sample_client(path("client"), server.port(),
+                                           {"--tokens", "30", "--requests", std::to_string(kStreams)});
+  ASSERT_EQ(c.rc, 0) << c.output;
+  const auto records = stop_agent();
+  const auto servers = by_comm(records, "sample-server", "server");
+  const auto clients = by_comm(records, "sample-client", "client");
+  ASSERT_EQ(servers.size(), std::size_t(kStreams));
+  ASSERT_EQ(clients.size(), std::size_t(kStreams));
+  for (const auto& r : servers) {
+    ASSERT_EQ(r["stalls"].size(), 1u) << describe(r);
+    EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"model"}) << describe(r);
+    EXPECT_EQ(r["stalls"][0]["after_event"], 9) << describe(r);
+    ASSERT_TRUE(r["delivery"].is_object()) << describe(r);
+    EXPECT_EQ(causes_of(r["delivery"]["stalls"]), std::set<std::string>{"model"}) << describe(r);
+    EXPECT_FALSE(r["delivery"]["degraded_by_path"].get<bool>()) << describe(r);
+  }
+  for (const auto& r : clients) {
+    EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"model"}) << describe(r);
+  }
+}
+
+// ---- gateways ----------------------------------------------------------------------
+
+struct GatewayCase {
+  std::string name;
+  bool haproxy;
+  testing::NginxMode nginx;
+  testing::HAProxyMode ha;
+  bool buffers;
+};
+
+class GatewayPath : public PathTest, public ::testing::WithParamInterface<GatewayCase> {};
+
+TEST_P(GatewayPath, GatewayDelayIsMeasuredAndBufferingIsNamed) {
+  const GatewayCase& gc = GetParam();
+  SampleServer server(path("server"), {"--ttft-ms", "50", "--itl-ms", "10"});
+  ASSERT_TRUE(server.ok()) << server.error();
+  std::unique_ptr<testing::Nginx> nginx;
+  std::unique_ptr<testing::HAProxy> haproxy;
+  std::uint16_t gw_port;
+  std::string gw_comm;
+  if (gc.haproxy) {
+    haproxy = std::make_unique<testing::HAProxy>(gc.ha, server.port(), path("haproxy"));
+    ASSERT_TRUE(haproxy->ok()) << haproxy->error();
+    gw_port = haproxy->port();
+    gw_comm = "haproxy";
+  } else {
+    nginx = std::make_unique<testing::Nginx>(gc.nginx, server.port(), path("nginx"));
+    ASSERT_TRUE(nginx->ok()) << nginx->error();
+    gw_port = nginx->port();
+    gw_comm = "nginx";
+  }
+  start_agent({server.port(), gw_port});
+  ClientRun c = testing::run_sample_client(path("client"), gw_port,
+                                           {"--tokens", "60", "--requests", std::to_string(kStreams)});
+  ASSERT_EQ(c.rc, 0) << c.output;
+  const auto records = stop_agent();
+  const auto servers = by_comm(records, "sample-server", "server");
+  const auto downstream = by_comm(records, gw_comm, "gateway");
+  const auto clients = by_comm(records, "sample-client", "client");
+  ASSERT_EQ(servers.size(), std::size_t(kStreams));
+  ASSERT_EQ(clients.size(), std::size_t(kStreams));
+  ASSERT_EQ(downstream.size(), std::size_t(2 * kStreams)) << "both legs of the gateway, per stream";
+
+  for (const auto& r : servers) {
+    ASSERT_TRUE(r["delivery"].is_object()) << describe(r);
+    EXPECT_NE(r["delivery"]["path"].get<std::string>().find("gateway(" + gw_comm + ")"), std::string::npos)
+        << describe(r);
+    EXPECT_EQ(r["delivery"]["vantage"], "read") << describe(r);
+    EXPECT_TRUE(r["stalls"].empty()) << "the server emitted on time: " << describe(r);
+    const auto causes = causes_of(r["delivery"]["stalls"]);
+    if (gc.buffers) {
+      // Held events leave in bursts: gaps between them (stalls), or, when the
+      // whole stream is held to its end, one burst and an inflated TTFT.
+      EXPECT_TRUE(causes == std::set<std::string>{"gateway_buffering"} ||
+                  (causes.empty() && r["delivery"]["max_burst"].get<int>() >= 50))
+          << describe(r);
+      EXPECT_TRUE(r["delivery"]["degraded_by_path"].get<bool>()) << describe(r);
+      EXPECT_GE(r["delivery"]["ttft_added_ms"].get<double>(), 50.0) << "TTFT inflation: " << describe(r);
+      EXPECT_EQ(r["delivery"]["ttft_cause"], "gateway_buffering") << describe(r);
+      EXPECT_GE(r["delivery"]["max_burst"].get<int>(), 5) << describe(r);
+    } else {
+      EXPECT_TRUE(causes.empty()) << describe(r);
+      EXPECT_FALSE(r["delivery"]["degraded_by_path"].get<bool>()) << describe(r);
+      EXPECT_LT(r["delivery"]["ttft_added_ms"].get<double>(), 10.0) << describe(r);
+      EXPECT_TRUE(r["delivery"]["ttft_cause"].is_null()) << describe(r);
+    }
+  }
+  int downstream_legs = 0;
+  for (const auto& r : downstream) {
+    ASSERT_TRUE(r["gateway"].is_object()) << describe(r);
+    if (r["gateway"]["leg"] != "downstream") continue;
+    ++downstream_legs;
+    EXPECT_GE(r["gateway"]["events_matched"].get<int>(), 10) << describe(r);
+    const auto causes = causes_of(r["stalls"]);
+    if (gc.buffers) {
+      EXPECT_TRUE(causes.empty() || causes == std::set<std::string>{"gateway_buffering"}) << describe(r);
+    } else {
+      EXPECT_TRUE(causes.empty()) << describe(r);
+      EXPECT_LT(r["gateway"]["delay_p99_ms"].get<double>(), 5.0) << "a streaming gateway adds little: " << describe(r);
+    }
+  }
+  EXPECT_EQ(downstream_legs, kStreams);
+  for (const auto& r : clients) {
+    const auto causes = causes_of(r["stalls"]);
+    if (gc.buffers) {
+      EXPECT_TRUE(causes.empty() || causes == std::set<std::string>{"gateway_buffering"}) << describe(r);
+    } else {
+      EXPECT_TRUE(causes.empty()) << describe(r);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gateways, GatewayPath,
+    ::testing::Values(
+        GatewayCase{"nginx_streaming", false, testing::NginxMode::streaming, testing::HAProxyMode::streaming, false},
+        GatewayCase{"nginx_defaults", false, testing::NginxMode::defaults, testing::HAProxyMode::streaming, true},
+        GatewayCase{"nginx_large_buffers", false, testing::NginxMode::large_buffers, testing::HAProxyMode::streaming,
+                    true},
+        GatewayCase{"haproxy_streaming", true, testing::NginxMode::streaming, testing::HAProxyMode::streaming, false},
+        GatewayCase{"haproxy_defaults", true, testing::NginxMode::streaming, testing::HAProxyMode::defaults, true}),
+    [](const ::testing::TestParamInfo<GatewayCase>& info) { return info.param.name; });
+
+// ---- slow reader ---------------------------------------------------------------------
+
+TEST_F(PathTest, SlowReaderIsBackpressureAtTheServerAndClientReadAtTheClient) {
+  // A small send buffer on the server so that the reader's pause reaches it.
+  SampleServer server(path("server"), {"--ttft-ms", "20", "--itl-ms", "10", "--sndbuf", "4096"});
+  ASSERT_TRUE(server.ok()) << server.error();
+  start_agent({server.port()});
+  ClientRun c = testing::run_sample_client(
+      path("client"), server.port(),
+      {"--tokens", "60", "--requests", std::to_string(kStreams), "--rcvbuf", "4096", "--stall-after", "10",
+       "--stall-ms", "800"});
+  ASSERT_EQ(c.rc, 0) << c.output;
+  const auto records = stop_agent();
+  const auto servers = by_comm(records, "sample-server", "server");
+  const auto clients = by_comm(records, "sample-client", "client");
+  ASSERT_EQ(servers.size(), std::size_t(kStreams));
+  ASSERT_EQ(clients.size(), std::size_t(kStreams));
+  for (const auto& r : servers) {
+    EXPECT_FALSE(r["stalls"].empty()) << "the server's sends blocked: " << describe(r);
+    EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"backpressure"}) << describe(r);
+    EXPECT_GT(r["tcp"]["send_blocked_ms"].get<double>() + r["tcp"]["zero_window_ms"].get<double>(), 100.0)
+        << describe(r);
+    ASSERT_TRUE(r["delivery"].is_object()) << describe(r);
+    EXPECT_EQ(causes_of(r["delivery"]["stalls"]), std::set<std::string>{"client_read"}) << describe(r);
+    EXPECT_TRUE(r["delivery"]["degraded_by_path"].get<bool>()) << describe(r);
+  }
+  for (const auto& r : clients) {
+    EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"client_read"}) << describe(r);
+  }
+}
+
+// ---- a rate-limited path into another namespace ------------------------------------------
+
+TEST_F(PathTest, BandwidthBoundStreamIsNotBlamedOnTheModel) {
+  testing::NetnsPath net({.rate = "64kbit"});
+  ASSERT_TRUE(net.ok()) << net.error();
+  SampleServer server(path("server"), {"--ttft-ms", "20", "--itl-ms", "5"}, net.host_ip());
+  ASSERT_TRUE(server.ok()) << server.error();
+  start_agent({server.port()});
+  ClientRun c = testing::run_sample_client(path("client"), server.port(),
+                                           {"--tokens", "30", "--requests", std::to_string(kStreams)}, net.host_ip(),
+                                           net.exec_prefix());
+  ASSERT_EQ(c.rc, 0) << c.output;
+  const auto records = stop_agent();
+  const auto servers = by_comm(records, "sample-server", "server");
+  ASSERT_EQ(servers.size(), std::size_t(kStreams));
+  for (const auto& r : servers) {
+    int acked = 0, events = 0;
+    for (const auto& e : r["timeline"]) {
+      ++events;
+      if (!e["acked_ns"].is_null()) ++acked;
+    }
+    EXPECT_GE(acked, events * 9 / 10) << "ACK times of the peer across the veth: " << describe(r);
+    EXPECT_TRUE(r["stalls"].empty()) << "the server emitted on time: " << describe(r);
+    ASSERT_TRUE(r["delivery"].is_object()) << describe(r);
+    const auto causes = causes_of(r["delivery"]["stalls"]);
+    EXPECT_FALSE(causes.empty()) << "a 64 kbit/s path stalls the client: " << describe(r);
+    EXPECT_EQ(causes.count("model"), 0u) << describe(r);
+    EXPECT_EQ(causes, std::set<std::string>{"network"}) << describe(r);
+    EXPECT_TRUE(r["delivery"]["degraded_by_path"].get<bool>()) << describe(r);
+  }
+  for (const auto& r : by_comm(records, "sample-client", "client")) {
+    EXPECT_EQ(causes_of(r["stalls"]).count("model"), 0u) << describe(r);
+  }
+}
+
+}  // namespace
+}  // namespace infertap
