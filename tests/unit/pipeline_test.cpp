@@ -452,5 +452,36 @@ TEST(Pipeline, ProcessNameIsLookedUpWhenTheFirstEventDidNotCarryIt) {
   EXPECT_EQ(records[0].conn.comm, "looked-up-321");
 }
 
+// Targeting userspace decides (process names): a refused connection is muted
+// on its first event, its events already in flight are dropped without a new
+// lookup, and a new socket at the same address is judged afresh.
+TEST(Pipeline, RefusedConnectionIsMutedAndItsLaterEventsDropped) {
+  Harness h;
+  int asked = 0;
+  h.pipeline.set_admit([&](core::ConnIdentity& id) {
+    ++asked;
+    if (id.remote.port == 40000) return false;
+    id.k8s_pod = "filled-by-hook";
+    return true;
+  });
+  ConnBuilder refused(0xB1, 100, 8000, 40000);
+  serve_stream(h, refused, 3, 10 * kMs);
+  EXPECT_EQ(asked, 1);
+  ASSERT_EQ(h.muted.size(), 1u);
+  EXPECT_EQ(h.muted[0], 0xB1u);
+  EXPECT_EQ(h.records.size(), 0u);
+  EXPECT_EQ(h.pipeline.connection_count(), 0u);
+  EXPECT_EQ(h.pipeline.counters().connections_refused, 1u);
+  EXPECT_EQ(h.pipeline.counters().connections_opened, 0u);
+
+  // The address reused by an admitted connection.
+  ConnBuilder admitted(0xB1, 100, 8000, 40001);
+  serve_stream(h, admitted, 3, 10 * kMs, kT0 + 500 * kMs);
+  EXPECT_EQ(asked, 2);
+  ASSERT_EQ(h.records.size(), 1u);
+  EXPECT_EQ(h.records[0].conn.k8s_pod, "filled-by-hook");
+  EXPECT_EQ(h.records[0].end, StreamEnd::complete);
+}
+
 }  // namespace
 }  // namespace infertap

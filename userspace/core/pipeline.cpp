@@ -41,6 +41,15 @@ void Pipeline::on_record(std::span<const std::uint8_t> record) {
 
 Connection* Pipeline::connection_for(const capture::IoEvent& event) {
   const itap_event& h = event.h();
+  if (!refused_.empty()) {
+    auto r = refused_.find(h.sock_id);
+    if (r != refused_.end()) {
+      // Events already in the ring when the mute landed; a new socket at the
+      // same address is judged afresh.
+      if (!(h.flags & ITAP_F_NEW_SOCKET)) return nullptr;
+      refused_.erase(r);
+    }
+  }
   auto it = connections_.find(h.sock_id);
   if (it != connections_.end()) {
     // The kernel saw this socket address as new: the old connection closed
@@ -61,6 +70,14 @@ Connection* Pipeline::connection_for(const capture::IoEvent& event) {
   id.local = endpoint(h.local_addr, h.local_port, h.family);
   id.remote = endpoint(h.remote_addr, h.remote_port, h.family);
   id.first_seen_ns = h.ts_ns;
+  if (admit_ && !admit_(id)) {
+    ++counters_.connections_refused;
+    // Bounded: a socket forgotten here is judged again on its next event (and refused again).
+    if (refused_.size() >= config_.max_connections) refused_.clear();
+    refused_.insert(h.sock_id);
+    if (mute_) mute_(h.sock_id);
+    return nullptr;
+  }
   ++counters_.connections_opened;
   auto conn = std::make_unique<Connection>(std::move(id), *this);
   Connection* raw = conn.get();
@@ -73,7 +90,10 @@ void Pipeline::on_event(const capture::IoEvent& event) {
   if (h.kind == ITAP_EV_STATE) {
     ++counters_.state_events;
     auto it = connections_.find(h.sock_id);
-    if (it == connections_.end()) return;
+    if (it == connections_.end()) {
+      if (h.new_state == kTcpClose) refused_.erase(h.sock_id);
+      return;
+    }
     if (h.new_state == kTcpClose) {
       close_connection(h.sock_id, h.ts_ns, StreamEnd::connection_closed);
     } else {
@@ -83,7 +103,7 @@ void Pipeline::on_event(const capture::IoEvent& event) {
   }
   ++counters_.data_events;
   Connection* conn = connection_for(event);
-  conn->on_data(event);
+  if (conn) conn->on_data(event);
 }
 
 void Pipeline::close_connection(std::uint64_t sock_id, TimestampNs now, StreamEnd reason) {

@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "capture/event.h"
 #include "core/types.h"
@@ -30,6 +31,13 @@ class Pipeline {
   // The kernel sends a process name with a connection's first event only; when
   // that event was lost, the name is looked up (e.g. /proc/<pid>/comm).
   using CommLookup = std::function<std::string(std::uint32_t pid)>;
+
+  // Called once per new connection with its identity (comm, cgroup path
+  // filled): may add to it (container, pod) and returns whether to follow the
+  // connection. A refused one is muted in the kernel and its later events are
+  // dropped here; targeting the kernel cannot do (process name globs) costs
+  // one event per socket of an untargeted process, not one per syscall.
+  using Admit = std::function<bool(ConnIdentity&)>;
 
   Pipeline(PipelineConfig config, RecordSink sink, MuteSocket mute = {}, CgroupLookup cgroup_lookup = {},
            CommLookup comm_lookup = {});
@@ -55,6 +63,8 @@ class Pipeline {
     config_.stall_ratio = ratio;
   }
 
+  void set_admit(Admit admit) { admit_ = std::move(admit); }
+
   const PipelineCounters& counters() const { return counters_; }
   std::size_t connection_count() const { return connections_.size(); }
   const PipelineConfig& config() const { return config_; }
@@ -79,6 +89,8 @@ class Pipeline {
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
   std::uint64_t next_generation_ = 0;  // connection generations are unique per agent run
   std::unordered_map<std::uint32_t, std::string> cgroup_cache_;
+  Admit admit_;
+  std::unordered_set<std::uint64_t> refused_;  // sockets the admit hook refused (muted; events in flight dropped)
 };
 
 }  // namespace infertap::core

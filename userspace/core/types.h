@@ -37,6 +37,10 @@ struct ConnIdentity {
   std::string comm;
   std::uint64_t cgroup_id = 0;
   std::string cgroup_path;  // from /proc/<pid>/cgroup when known
+  // Workload identity from the cgroup path and the node's pod directory; empty when unknown.
+  std::string container_id;   // full id (64 hex for docker/containerd/cri-o)
+  std::string pod_uid;        // Kubernetes pod UID, with dashes
+  std::string k8s_namespace, k8s_pod, k8s_container;
   Endpoint local;
   Endpoint remote;
   TimestampNs first_seen_ns = 0;
@@ -147,6 +151,7 @@ struct PipelineCounters {
   std::uint64_t sse_events = 0;
   std::uint64_t bytes_lost = 0;          // sequence gaps (events dropped before userspace)
   std::uint64_t bytes_not_captured = 0;  // holes between captured head and tail
+  std::uint64_t connections_refused = 0;  // not targeted (process name, ...): muted on their first event
 };
 
 }  // namespace infertap::core
