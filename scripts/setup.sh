@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   curl jq iproute2 python3 python3-yaml procps util-linux
   prometheus                               # the Prometheus integration test scrapes the agent
+  python3-jsonschema                       # NDJSON records checked against docs/schema.json
 )
 
 if [ "$(id -u)" -ne 0 ]; then
