@@ -72,10 +72,7 @@ Connection* Pipeline::connection_for(const capture::IoEvent& event) {
   id.first_seen_ns = h.ts_ns;
   if (admit_ && !admit_(id)) {
     ++counters_.connections_refused;
-    // Bounded: a socket forgotten here is judged again on its next event (and refused again).
-    if (refused_.size() >= config_.max_connections) refused_.clear();
-    refused_.insert(h.sock_id);
-    if (mute_) mute_(h.sock_id);
+    stop_following(h.sock_id);
     return nullptr;
   }
   ++counters_.connections_opened;
@@ -127,6 +124,10 @@ void Pipeline::evict_oldest(TimestampNs now) {
   for (std::size_t i = 0; i < n; ++i) {
     close_connection(by_age[i].second, now, StreamEnd::evicted);
     ++counters_.connections_evicted;
+    // Stop following it: were its next event to make it a connection again
+    // (joined mid-stream), a table full of live sockets would evict and
+    // re-admit in a loop, one partial record per turn.
+    stop_following(by_age[i].second);
   }
 }
 
@@ -159,6 +160,15 @@ void Pipeline::for_each_active_stream(const std::function<void(const StreamRecor
 void Pipeline::emit(StreamRecord&& record) {
   ++counters_.records;
   if (sink_) sink_(std::move(record));
+}
+
+void Pipeline::stop_following(std::uint64_t sock_id) {
+  // Bounded (a few MiB at most): a socket forgotten here is judged again on
+  // its next event, but after the kernel mute there are only the events that
+  // were already in the ring buffer, so the bound only has to outlast those.
+  if (refused_.size() >= std::max<std::size_t>(4 * config_.max_connections, 65536)) refused_.clear();
+  refused_.insert(sock_id);
+  if (mute_) mute_(sock_id);
 }
 
 void Pipeline::mute(std::uint64_t sock_id) {

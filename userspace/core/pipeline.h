@@ -78,6 +78,7 @@ class Pipeline {
   Connection* connection_for(const capture::IoEvent& event);
   void close_connection(std::uint64_t sock_id, TimestampNs now, StreamEnd reason);
   void evict_oldest(TimestampNs now);
+  void stop_following(std::uint64_t sock_id);  // mute in the kernel, drop its events already queued
   std::string cgroup_path(std::uint32_t pid);
 
   PipelineConfig config_;
