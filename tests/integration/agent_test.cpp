@@ -110,13 +110,25 @@ TEST_F(Agent, ProcessNamePatternTimesOnlyTheMatchingProcess) {
   json st;
   for (int i = 0; i < 50; ++i) {
     st = status();
-    if (st["counters"]["pipeline"]["records"] == 2 && st["counters"]["pipeline"]["connections_refused"] >= 6) break;
+    if (st["counters"]["pipeline"]["records"] == 2) break;
     std::this_thread::sleep_for(100ms);
   }
+  auto exit = daemon->stop(10s);
+  ASSERT_TRUE(exit && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0) << testing::read_file(path("daemon.log"));
+
+  // The other server is timed when its name is the one asked for: it was
+  // left out above by the pattern, not by anything else.
+  auto second = start_daemon({"--process-name", "other*", "--port", std::to_string(port2)}, path("records-other.ndjson"));
+  ASSERT_TRUE(second);
+  ASSERT_EQ(client(port2, {"--concurrency", "2"}), 0);
+  std::this_thread::sleep_for(300ms);
+  exit = second->stop(10s);
+  ASSERT_TRUE(exit && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0) << testing::read_file(path("daemon.log"));
   s1->stop(5s);
   s2->stop(5s);
-  const auto exit = daemon->stop(10s);
-  ASSERT_TRUE(exit && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0) << testing::read_file(path("daemon.log"));
+  int others = 0;
+  for (const json& r : read_records(path("records-other.ndjson"))) others += r.value("comm", "") == "other-srv";
+  EXPECT_EQ(others, 2) << testing::read_file(path("records-other.ndjson"));
 
   int matching = 0;
   for (const json& r : read_records(path("records.ndjson"))) {
@@ -125,8 +137,13 @@ TEST_F(Agent, ProcessNamePatternTimesOnlyTheMatchingProcess) {
     if (r["comm"] == "vllm-fake-srv" && r["end"] == "complete") ++matching;
   }
   EXPECT_EQ(matching, 2) << testing::read_file(path("records.ndjson"));
-  // Refused: the other server's two connections and the four client sockets.
-  EXPECT_GE(st["counters"]["pipeline"]["connections_refused"].get<int>(), 6) << st.dump();
+  // Only the matching server's two sockets became connections; the others
+  // (the other server's, the clients') were refused on their first event.
+  // How many of those reach userspace depends on the kernel's classification
+  // of each socket (a client socket whose first event was its request), so
+  // the count is a lower bound.
+  EXPECT_EQ(st["counters"]["pipeline"]["connections_opened"], 2) << st.dump();
+  EXPECT_GE(st["counters"]["pipeline"]["connections_refused"].get<int>(), 2) << st.dump();
 }
 
 // A cgroup named like a kubelet-made one (systemd driver), a fake kubelet pod
