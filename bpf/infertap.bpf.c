@@ -219,6 +219,29 @@ static __always_inline bool socket_gate(struct sock *sk, struct itap_conn **conn
 
 /* ================= entry ================= */
 
+/*
+ * A listed cgroup targets everything below it (a pod slice covers its
+ * containers, created later or not): the task's own cgroup, then each
+ * ancestor from the root down. Costs one lookup per level, at most
+ * ITAP_CGROUP_MAX_DEPTH, and only when the cgroup filter is on.
+ */
+#define ITAP_CGROUP_MAX_DEPTH 16
+static __always_inline bool in_target_cgroup(void)
+{
+	__u64 cg = bpf_get_current_cgroup_id();
+
+	if (bpf_map_lookup_elem(&itap_cgroup_filter, &cg))
+		return true;
+	for (int level = 0; level < ITAP_CGROUP_MAX_DEPTH; level++) {
+		cg = bpf_get_current_ancestor_cgroup_id(level);
+		if (!cg) /* below the task's own level: none */
+			return false;
+		if (bpf_map_lookup_elem(&itap_cgroup_filter, &cg))
+			return true;
+	}
+	return false;
+}
+
 /* Cheap filters first: no memory reads at all. */
 static __always_inline bool task_eligible(__u32 tgid)
 {
@@ -226,12 +249,8 @@ static __always_inline bool task_eligible(__u32 tgid)
 		return false;
 	if (filter_pids && !bpf_map_lookup_elem(&itap_pid_filter, &tgid))
 		return false;
-	if (filter_cgroups) {
-		__u64 cg = bpf_get_current_cgroup_id();
-
-		if (!bpf_map_lookup_elem(&itap_cgroup_filter, &cg))
-			return false;
-	}
+	if (filter_cgroups && !in_target_cgroup())
+		return false;
 	return true;
 }
 

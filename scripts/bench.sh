@@ -110,3 +110,6 @@ sysctl -qw kernel.bpf_stats_enabled=1
 prog_cost "traced: SSE over loopback TCP" --payload sse --size 256
 prog_cost "untraced: binary TCP (muted)" --payload binary --size 256
 sysctl -qw kernel.bpf_stats_enabled="$stats_before"
+
+echo "== 5. memory under load: 10 000 short connections, then 1 000 concurrent streams (scripts/bench_memory.sh)"
+scripts/bench_memory.sh | sed 's/^/    /'

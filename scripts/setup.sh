@@ -11,6 +11,7 @@ packages=(
   curl jq iproute2 python3 python3-yaml procps util-linux
   prometheus                               # the Prometheus integration test scrapes the agent
   nginx haproxy                            # real gateways for the issue-3 path tests (started by the tests)
+  python3-jsonschema                       # NDJSON records checked against docs/schema.json
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -31,6 +31,7 @@
 #include "daemon/metrics.h"
 #include "daemon/sink.h"
 #include "daemon/store.h"
+#include "daemon/workload.h"
 #include "output/ndjson.h"
 
 namespace {
@@ -89,6 +90,7 @@ nlohmann::json counters_json(const capture::CaptureStats& k, const core::Pipelin
         {"connections_opened", p.connections_opened},
         {"connections_evicted", p.connections_evicted},
         {"connections_muted", p.connections_muted},
+        {"connections_refused", p.connections_refused},
         {"http_parse_errors", p.http_parse_errors},
         {"streams_started", p.streams_started},
         {"streams_completed", p.streams_completed},
@@ -151,7 +153,10 @@ int main(int argc, char** argv) {
   auto* pid_opt = app.add_option("--pid", cfg.targeting.pids, "Only trace these process ids (repeatable)");
   auto* port_opt = app.add_option("--port", cfg.targeting.ports,
                                   "Only trace connections with this local or remote port (repeatable)");
-  auto* cgroup_opt = app.add_option("--cgroup", cfg.targeting.cgroups, "Only trace processes in this cgroup v2 path");
+  auto* cgroup_opt = app.add_option("--cgroup", cfg.targeting.cgroups,
+                                    "Only trace processes in this cgroup v2 path or below it (repeatable)");
+  auto* name_opt = app.add_option("--process-name", cfg.targeting.process_name_patterns,
+                                  "Only trace processes whose name (comm) matches this glob, e.g. 'vllm*' (repeatable)");
   auto* ring_opt = app.add_option("--ringbuf-mb", ringbuf_mb, "Ring buffer size in MiB (power of two)");
   auto* attach_opt = app.add_option("--attach", attach, "How the capture attaches: auto, sock, tracepoint or raw_tp")
                          ->check(CLI::IsMember({"auto", "sock", "tracepoint", "raw_tp"}));
@@ -177,6 +182,7 @@ int main(int argc, char** argv) {
     if (*pid_opt) c.targeting.pids = cfg.targeting.pids;
     if (*port_opt) c.targeting.ports = cfg.targeting.ports;
     if (*cgroup_opt) c.targeting.cgroups = cfg.targeting.cgroups;
+    if (*name_opt) c.targeting.process_name_patterns = cfg.targeting.process_name_patterns;
     if (*ring_opt) c.capture.ringbuf_bytes = ringbuf_mb << 20;
     if (*attach_opt) {
       static const std::map<std::string, capture::AttachMethod> methods = {
@@ -210,13 +216,10 @@ int main(int argc, char** argv) {
   };
   daemon::DaemonConfig config;
   if (!load(&config)) return 2;
-  if (!config.targeting.process_name_patterns.empty()) {
-    log("targeting.process_name_patterns is not supported yet; remove it or filter by pid, port or cgroup");
-    return 2;
-  }
   {
     std::string error;
-    if (!daemon::resolve_cgroup_ids(config.targeting.cgroups, &config.capture.cgroup_ids, &error)) {
+    if (!daemon::resolve_cgroup_ids(config.targeting.cgroups, &config.capture.cgroup_ids, &error,
+                                    daemon::cgroup2_mount_point())) {
       log(error);
       return 2;
     }
@@ -233,14 +236,20 @@ int main(int argc, char** argv) {
 
   std::string error;
   daemon::SinkOptions sink_options = daemon::sink_options(config);
-  // A character device (/dev/null, a tty) is written like stdout: no rotation.
+  // A character device (/dev/null, a tty) or a FIFO (a log shipper's pipe) is
+  // written like stdout: no rotation, and a reader that stops reading makes
+  // the sink drop lines with a counter, never the capture wait.
   int device_fd = -1;
   struct stat output_stat {};
   if (!sink_options.file.empty() && stat(sink_options.file.c_str(), &output_stat) == 0 &&
-      S_ISCHR(output_stat.st_mode)) {
-    device_fd = open(sink_options.file.c_str(), O_WRONLY | O_CLOEXEC);
+      (S_ISCHR(output_stat.st_mode) || S_ISFIFO(output_stat.st_mode))) {
+    // O_NONBLOCK: opening a FIFO nobody reads fails (ENXIO) instead of hanging;
+    // the sink polls a non-blocking descriptor before each write.
+    device_fd = open(sink_options.file.c_str(), O_WRONLY | O_CLOEXEC | (S_ISFIFO(output_stat.st_mode) ? O_NONBLOCK : 0));
     if (device_fd < 0) {
-      log("output: " + sink_options.file + ": " + std::strerror(errno));
+      const bool no_reader = errno == ENXIO;
+      log("output: " + sink_options.file + ": " + std::strerror(errno) +
+          (no_reader ? " (a FIFO needs its reader started first)" : ""));
       return 2;
     }
     sink_options.to_stdout = true;
@@ -316,6 +325,21 @@ int main(int argc, char** argv) {
         metrics.observe(record);
       },
       [cap](std::uint64_t sock_id) { cap->mute(sock_id); }, read_cgroup_path, read_comm);
+
+  // Per new connection: process name targeting (the kernel filters pids,
+  // ports and cgroups itself) and the container / pod the process runs in.
+  daemon::WorkloadResolver workloads(
+      daemon::KubernetesSources::from_environment(config.kubernetes.pods_dir, config.kubernetes.containers_dir));
+  const std::vector<std::string> name_patterns = config.targeting.process_name_patterns;
+  pipeline.set_admit([&workloads, name_patterns](core::ConnIdentity& id) {
+    // The kernel reports the name of the thread that made the call; a process
+    // whose threads are renamed (prctl) is matched by its own name too.
+    if (!daemon::comm_matches(name_patterns, id.comm) && !daemon::comm_matches(name_patterns, read_comm(id.pid))) {
+      return false;
+    }
+    workloads.fill(id, id.first_seen_ns);
+    return true;
+  });
 
   const auto refresh = [&] {
     const capture::CaptureStats k = capture->stats();

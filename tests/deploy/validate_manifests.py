@@ -40,6 +40,8 @@ HOST_PATHS = {
     "/sys/kernel/tracing": ("/sys/kernel/tracing", True),
     "/sys/fs/cgroup": ("/sys/fs/cgroup", True),
     "/run/infertap": ("/run/infertap", False),
+    "/var/log/pods": ("/var/log/pods", True),  # Kubernetes names of traced pods
+    "/var/log/containers": ("/var/log/containers", True),
 }
 
 failures = []

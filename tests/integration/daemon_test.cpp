@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -33,12 +35,33 @@ std::pair<int, std::string> run(const std::vector<std::string>& argv, const std:
   return {code, testing::read_file(out_path)};
 }
 
-int itap_programs_loaded(const std::string& out_path) {
-  auto [code, out] = run({"/usr/sbin/bpftool", "prog", "show"}, out_path);
-  if (code != 0) return -1;
-  int n = 0;
-  for (std::size_t at = out.find("itap_"); at != std::string::npos; at = out.find("itap_", at + 1)) ++n;
-  return n;
+// Ids of the BPF programs loaded now (bpftool -j prog show).
+std::set<std::uint64_t> bpf_program_ids(const std::string& out_path) {
+  auto [code, out] = run({"/usr/sbin/bpftool", "-j", "prog", "show"}, out_path);
+  std::set<std::uint64_t> ids;
+  const json progs = json::parse(out, nullptr, false);
+  if (code != 0 || !progs.is_array()) {
+    ADD_FAILURE() << "bpftool -j prog show failed: " << out;
+    return ids;
+  }
+  for (const json& p : progs) ids.insert(p.value("id", 0ull));
+  return ids;
+}
+
+// Ids of the BPF programs a process holds, from its descriptors' fdinfo
+// ("prog_id:" of program and link fds). Other test runs on the machine load
+// their own itap_ programs, so checks name the daemon's programs by id.
+std::set<std::uint64_t> programs_held_by(pid_t pid) {
+  std::set<std::uint64_t> ids;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fdinfo";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    std::istringstream info(testing::read_file(entry.path().string()));
+    for (std::string line; std::getline(info, line);) {
+      if (line.rfind("prog_id:", 0) == 0) ids.insert(std::stoull(line.substr(8)));
+    }
+  }
+  return ids;
 }
 
 class Daemon : public testing::LiveTest {
@@ -67,7 +90,8 @@ class Daemon : public testing::LiveTest {
 TEST_F(Daemon, CliSeesTheTimedStreamsAndStopLeavesNoProgramsBehind) {
   auto daemon = start_daemon("first");
   ASSERT_TRUE(daemon);
-  ASSERT_GT(itap_programs_loaded(path("bpftool.out")), 0) << "no itap_ programs while the daemon runs";
+  const std::set<std::uint64_t> ours = programs_held_by(daemon->pid());
+  ASSERT_FALSE(ours.empty()) << "no itap_ programs held by the daemon while it runs";
 
   // A watcher started before the traffic sees the records as they finish.
   auto watcher = Process::spawn({build_dir() + "/infertap", "--socket", path("api.sock"), "watch"}, path("watch.out"));
@@ -138,12 +162,14 @@ TEST_F(Daemon, CliSeesTheTimedStreamsAndStopLeavesNoProgramsBehind) {
   auto st = daemon->stop(10s);
   ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << testing::read_file(path("daemon-first.log"));
   // The kernel frees programs shortly after their last reference goes (RCU).
-  int left = -1;
-  for (int i = 0; i < 60 && left != 0; ++i) {
-    left = itap_programs_loaded(path("bpftool.out"));
-    if (left != 0) std::this_thread::sleep_for(50ms);
+  std::set<std::uint64_t> left = ours;
+  for (int i = 0; i < 60 && !left.empty(); ++i) {
+    const std::set<std::uint64_t> now = bpf_program_ids(path("bpftool.out"));
+    std::erase_if(left, [&](std::uint64_t id) { return !now.count(id); });
+    if (!left.empty()) std::this_thread::sleep_for(50ms);
   }
-  EXPECT_EQ(left, 0) << "BPF programs left loaded 3 s after SIGTERM";
+  EXPECT_TRUE(left.empty()) << left.size() << " of the daemon's " << ours.size()
+                            << " BPF programs still loaded 3 s after SIGTERM";
   EXPECT_NE(access(path("api.sock").c_str(), F_OK), 0) << "API socket left behind";
   std::tie(rc, out) = cli({"status"});
   EXPECT_EQ(rc, 3) << "a stopped daemon is reported as not running: " << out;

@@ -1,10 +1,11 @@
 // A real Prometheus server (Debian package `prometheus`) scrapes a test
-// HttpServer every second; PromQL over its HTTP API must return the bucket
-// counts that were observed. No BPF, no root needed.
+// HttpServer every second, then a running infertapd timing real traffic;
+// PromQL over its HTTP API must return the bucket counts that were observed.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -103,12 +105,72 @@ struct TempDir {
   }
 };
 
-TEST(Prometheus, ScrapesHistogramBuckets) {
-  const std::string prometheus = prometheus_binary();
-  if (access(prometheus.c_str(), X_OK) != 0) {
-    GTEST_FAIL() << prometheus << " is missing: install the Debian package (apt-get install -y prometheus)";
+// Prometheus scraping 127.0.0.1:`target_port` every second, its HTTP API on a free port.
+struct PrometheusServer {
+  TempDir dir;
+  std::uint16_t web_port = 0;
+  std::string log;
+  std::optional<testing::Process> process;
+
+  explicit PrometheusServer(std::uint16_t target_port) {
+    const std::string prometheus = prometheus_binary();
+    if (access(prometheus.c_str(), X_OK) != 0) {
+      ADD_FAILURE() << prometheus << " is missing: install the Debian package (apt-get install -y prometheus)";
+      return;
+    }
+    if (dir.path.empty()) {
+      ADD_FAILURE() << "mkdtemp failed";
+      return;
+    }
+    const std::string config = (dir.path / "prometheus.yml").string();
+    std::ofstream(config) << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+                          << "scrape_configs:\n  - job_name: infertap\n    static_configs:\n"
+                          << "      - targets: ['127.0.0.1:" << target_port << "']\n";
+    web_port = testing::free_port();
+    log = (dir.path / "prometheus.log").string();
+    auto spawned = testing::Process::spawn({prometheus, "--config.file=" + config,
+                                            "--storage.tsdb.path=" + (dir.path / "data").string(),
+                                            "--web.listen-address=127.0.0.1:" + std::to_string(web_port)},
+                                           log);
+    if (spawned) {
+      process.emplace(std::move(*spawned));
+    } else {
+      ADD_FAILURE() << "cannot spawn " << prometheus;
+    }
+  }
+  ~PrometheusServer() {
+    if (process) process->stop(std::chrono::milliseconds(5000));
   }
 
+  // le -> cumulative count of `query` (a _bucket selector), polled until
+  // Prometheus has scraped samples with at least `min_count` in +Inf, or 20 s.
+  std::map<double, double> buckets(const std::string& query, double min_count, std::string* last_body) {
+    const std::string target = "/api/v1/query?query=" + url_encode(query);
+    const std::regex sample_re(R"re("le":"([^"]+)"[^{}]*\},"value":\[[0-9.e+]+,"([^"]+)"\])re");
+    std::map<double, double> out;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (process->wait(std::chrono::milliseconds(0))) {
+        ADD_FAILURE() << "prometheus exited; its log:\n" << testing::read_file(log);
+        return {};
+      }
+      const auto [status, body] = http_get(web_port, target);
+      *last_body = body;
+      if (status == 200 && body.find("\"status\":\"success\"") != std::string::npos) {
+        out.clear();
+        for (auto it = std::sregex_iterator(body.begin(), body.end(), sample_re); it != std::sregex_iterator(); ++it) {
+          const std::string le = (*it)[1];
+          out[le == "+Inf" ? INFINITY : std::stod(le)] = std::stod((*it)[2]);
+        }
+        if (!out.empty() && out[INFINITY] >= min_count) return out;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    return out;
+  }
+};
+
+TEST(Prometheus, ScrapesHistogramBuckets) {
   MetricsRegistry reg;
   for (std::uint64_t ttft : {4 * kMs, 5 * kMs, 200 * kMs}) {
     core::StreamRecord r;
@@ -123,46 +185,13 @@ TEST(Prometheus, ScrapesHistogramBuckets) {
   auto server = HttpServer::start("127.0.0.1:0", reg, &error);
   ASSERT_NE(server, nullptr) << error;
 
-  TempDir dir;
-  ASSERT_FALSE(dir.path.empty()) << "mkdtemp failed";
-  const std::string config = (dir.path / "prometheus.yml").string();
-  {
-    std::ofstream out(config);
-    out << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
-        << "scrape_configs:\n  - job_name: infertap\n    static_configs:\n"
-        << "      - targets: ['127.0.0.1:" << server->port() << "']\n";
-  }
-  const std::uint16_t web_port = testing::free_port();
-  const std::string log = (dir.path / "prometheus.log").string();
-  auto prom = testing::Process::spawn({prometheus, "--config.file=" + config,
-                                       "--storage.tsdb.path=" + (dir.path / "data").string(),
-                                       "--web.listen-address=127.0.0.1:" + std::to_string(web_port)},
-                                      log);
-  ASSERT_TRUE(prom) << "cannot spawn " << prometheus;
-
-  const std::string query = R"(gen_ai_server_time_to_first_token_seconds_bucket{model="sample"})";
-  const std::string target = "/api/v1/query?query=" + url_encode(query);
-  const std::regex sample_re(R"re("le":"([^"]+)"[^{}]*\},"value":\[[0-9.e+]+,"([^"]+)"\])re");
-  std::map<double, double> buckets;  // le -> cumulative count
+  PrometheusServer prom(server->port());
+  ASSERT_TRUE(prom.process);
   std::string last_body;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < deadline) {
-    ASSERT_FALSE(prom->wait(std::chrono::milliseconds(0)))
-        << "prometheus exited; its log:\n" << testing::read_file(log);
-    const auto [status, body] = http_get(web_port, target);
-    last_body = body;
-    if (status == 200 && body.find("\"status\":\"success\"") != std::string::npos) {
-      buckets.clear();
-      for (auto it = std::sregex_iterator(body.begin(), body.end(), sample_re); it != std::sregex_iterator(); ++it) {
-        const std::string le = (*it)[1];
-        buckets[le == "+Inf" ? INFINITY : std::stod(le)] = std::stod((*it)[2]);
-      }
-      if (!buckets.empty()) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
+  std::map<double, double> buckets =
+      prom.buckets(R"(gen_ai_server_time_to_first_token_seconds_bucket{model="sample"})", 1, &last_body);
   ASSERT_FALSE(buckets.empty()) << "no data from Prometheus within 20 s; last answer: " << last_body
-                                << "\nprometheus log:\n" << testing::read_file(log);
+                                << "\nprometheus log:\n" << testing::read_file(prom.log);
 
   const std::vector<double> bounds = MetricsConfig::default_latency_buckets();
   EXPECT_EQ(buckets.size(), bounds.size() + 1) << last_body;
@@ -173,12 +202,65 @@ TEST(Prometheus, ScrapesHistogramBuckets) {
   EXPECT_EQ(buckets[INFINITY], 3);
 
   // The whole family is well-formed for Prometheus: a scrape of up is 1.
-  const auto [status, up] = http_get(web_port, "/api/v1/query?query=" + url_encode("up{job=\"infertap\"}"));
+  const auto [status, up] = http_get(prom.web_port, "/api/v1/query?query=" + url_encode("up{job=\"infertap\"}"));
   EXPECT_EQ(status, 200);
   EXPECT_NE(up.find(R"("value":[)"), std::string::npos) << up;
   EXPECT_NE(up.find(R"(,"1"])"), std::string::npos) << "scrape failed: " << up;
+}
 
-  prom->stop(std::chrono::milliseconds(5000));
+// The real thing: infertapd times the sample server's streams to the sample
+// client (root, BPF) while Prometheus scrapes it; PromQL returns the TTFT
+// histogram of the sample model, one observation per stream at each vantage.
+TEST(Prometheus, ScrapesTheDaemonTimingRealTraffic) {
+  ASSERT_EQ(geteuid(), 0u) << "this test loads BPF programs: run as root";
+  testing::ScratchDir scratch("infertap-prom-live");
+  ASSERT_TRUE(scratch.ok());
+  const std::uint16_t app_port = testing::free_port(), metrics_port = testing::free_port();
+  const std::string ready = scratch.file("ready");
+  auto daemon = testing::Process::spawn({testing::build_dir() + "/infertapd", "--port", std::to_string(app_port),
+                                         "--socket", "", "--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port),
+                                         "--ready-file", ready, "-o", "/dev/null"},
+                                        scratch.file("daemon.log"));
+  ASSERT_TRUE(daemon);
+  ASSERT_TRUE(testing::wait_for_file(ready, std::chrono::seconds(20))) << testing::read_file(scratch.file("daemon.log"));
+  PrometheusServer prom(metrics_port);
+  ASSERT_TRUE(prom.process);
+
+  auto server = testing::Process::spawn({testing::build_dir() + "/sample-server", "--port", std::to_string(app_port),
+                                         "--ttft-ms", "30", "--itl-ms", "5", "--model", "prom-live-model"},
+                                        scratch.file("server.out"));
+  ASSERT_TRUE(server);
+  for (int i = 0; i < 250 && testing::read_file(scratch.file("server.out")).find("listening") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto client = testing::Process::spawn({testing::build_dir() + "/sample-client", "--port", std::to_string(app_port),
+                                         "--concurrency", "3", "--tokens", "10", "--model", "prom-live-model"},
+                                        scratch.file("client.out"));
+  ASSERT_TRUE(client);
+  const auto st = client->wait(std::chrono::seconds(60));
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << testing::read_file(scratch.file("client.out"));
+
+  std::string last_body;
+  auto buckets = prom.buckets(
+      R"(gen_ai_server_time_to_first_token_seconds_bucket{model="prom-live-model",vantage="server"})", 3, &last_body);
+  ASSERT_FALSE(buckets.empty()) << "no TTFT histogram for the sample model within 20 s; last answer: " << last_body
+                                << "\ndaemon log:\n" << testing::read_file(scratch.file("daemon.log"));
+  EXPECT_EQ(buckets[INFINITY], 3) << last_body;
+  // TTFT is ~30 ms at the server: nothing at or below 10 ms, all three by 1 s.
+  EXPECT_EQ(buckets[0.01], 0) << last_body;
+  EXPECT_EQ(buckets[1], 3) << last_body;
+  double previous = 0;
+  for (const auto& [le, count] : buckets) {
+    EXPECT_GE(count, previous) << "buckets are cumulative (le=" << le << ")";
+    previous = count;
+  }
+  // The client vantage of the same streams is its own series.
+  buckets = prom.buckets(
+      R"(gen_ai_server_time_to_first_token_seconds_bucket{model="prom-live-model",vantage="client"})", 3, &last_body);
+  EXPECT_EQ(buckets[INFINITY], 3) << last_body;
+
+  server->stop(std::chrono::milliseconds(5000));
+  const auto exit = daemon->stop(std::chrono::seconds(10));
+  EXPECT_TRUE(exit && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0) << testing::read_file(scratch.file("daemon.log"));
 }
 
 }  // namespace

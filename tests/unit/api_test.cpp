@@ -273,6 +273,52 @@ TEST_F(ApiTest, RefusesASecondServerAndReplacesAStaleSocket) {
   EXPECT_TRUE(std::filesystem::is_regular_file(file));
 }
 
+// Idle clients are closed so that max_clients silent connections cannot lock
+// every CLI out; a client that keeps asking is served past the timeout.
+TEST(ApiIdle, SilentAndTricklingClientsAreClosedActiveOnesServed) {
+  char tmpl[] = "/tmp/infertap-api-idle-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  RecordStore store;
+  ApiOptions o;
+  o.socket_path = dir + "/api.sock";
+  o.idle_timeout = std::chrono::milliseconds(300);
+  o.max_clients = 2;
+  ApiServer server(store, o);
+  server.start();
+
+  // Silent: connects, sends nothing, gets the error line then EOF.
+  ApiClient silent(o.socket_path);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto line = silent.read_line();
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(line.has_value());
+  EXPECT_NE(line->find("idle for 300 ms"), std::string::npos) << *line;
+  EXPECT_FALSE(silent.read_line().has_value());
+  EXPECT_GE(waited, std::chrono::milliseconds(250));
+  EXPECT_LT(waited, std::chrono::seconds(3));
+
+  // Trickling: one byte every 100 ms never completes a line, and the timeout
+  // counts from the start of the line, so it is closed all the same.
+  ApiClient trickle(o.socket_path);
+  for (int i = 0; i < 6; ++i) {
+    ::send(trickle.fd(), "{", 1, MSG_NOSIGNAL);  // fails once closed: ignored, the answer is read below
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const auto partial = trickle.read_line();
+  ASSERT_TRUE(partial.has_value());
+  EXPECT_NE(partial->find("idle for"), std::string::npos) << *partial;
+
+  // Active: requests every 100 ms for 1 s (well past the timeout) all answered.
+  ApiClient active(o.socket_path);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(active.request({{"cmd", "status"}})["ok"], true) << "request " << i;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  server.stop();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ApiClientErrors, NotRunning) {
   try {
     ApiClient client("/tmp/infertap-api-no-such-dir/infertap.sock");

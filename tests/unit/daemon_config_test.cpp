@@ -10,6 +10,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "daemon/config.h"
+#include "support/repo_file.h"
 
 namespace infertap::daemon {
 namespace {
@@ -31,20 +32,7 @@ std::string parse_error(const std::string& text) {
   return error;
 }
 
-// A repository file, found from the working directory (make, scripts/test.sh
-// run from the root) or from this source file's location.
-std::string repo_file(const std::string& rel) {
-  for (const fs::path& p : {fs::path(rel), fs::path(__FILE__).parent_path() / "../.." / rel}) {
-    std::ifstream in(p);
-    if (in) {
-      std::ostringstream s;
-      s << in.rdbuf();
-      return s.str();
-    }
-  }
-  ADD_FAILURE() << "cannot find " << rel << " (run from the repository root)";
-  return {};
-}
+using testing::repo_file;
 
 TEST(DaemonConfig, EmptyDocumentGivesInfertapdDefaults) {
   for (const std::string& text : {std::string(""), std::string("# only a comment\n"), std::string("{}\n")}) {
@@ -366,6 +354,41 @@ TEST(DaemonConfig, DocumentationExamplesAreAccepted) {
     pos = end + 3;
   }
   EXPECT_GE(blocks, 1u);
+}
+
+}  // namespace
+}  // namespace infertap::daemon
+
+namespace infertap::daemon {
+namespace {
+
+TEST(DaemonConfigKubernetes, DirectoriesAreReadAndChecked) {
+  DaemonConfig c = parse_ok("");
+  EXPECT_EQ(c.kubernetes.pods_dir, "/var/log/pods");
+  EXPECT_EQ(c.kubernetes.containers_dir, "/var/log/containers");
+  c = parse_ok("kubernetes: {pods_dir: /host/var/log/pods, containers_dir: \"\"}");
+  EXPECT_EQ(c.kubernetes.pods_dir, "/host/var/log/pods");
+  EXPECT_EQ(c.kubernetes.containers_dir, "");
+  const std::string e = parse_error("kubernetes:\n  pods_dir: var/log/pods\n");
+  EXPECT_NE(e.find("kubernetes.pods_dir: must be an absolute directory path"), std::string::npos) << e;
+  EXPECT_NE(e.find("(line 2)"), std::string::npos) << e;
+}
+
+TEST(Cgroup2MountPoint, UnifiedHybridAndNone) {
+  char tmpl[] = "/tmp/infertap-mountinfo-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  const auto write = [&](const std::string& text) { std::ofstream(tmpl) << text; };
+  write("25 1 0:22 / /sys/fs/cgroup rw,nosuid - tmpfs tmpfs ro,mode=755\n"
+        "26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec - cgroup2 cgroup2 rw\n"
+        "27 25 0:24 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n");
+  EXPECT_EQ(cgroup2_mount_point(tmpl), "/sys/fs/cgroup/unified");
+  write("30 1 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n");
+  EXPECT_EQ(cgroup2_mount_point(tmpl), "/sys/fs/cgroup");
+  write("30 1 0:26 / / rw - ext4 /dev/sda1 rw\n");
+  EXPECT_EQ(cgroup2_mount_point(tmpl), "/sys/fs/cgroup");
+  unlink(tmpl);
 }
 
 }  // namespace

@@ -452,5 +452,64 @@ TEST(Pipeline, ProcessNameIsLookedUpWhenTheFirstEventDidNotCarryIt) {
   EXPECT_EQ(records[0].conn.comm, "looked-up-321");
 }
 
+// Targeting userspace decides (process names): a refused connection is muted
+// on its first event, its events already in flight are dropped without a new
+// lookup, and a new socket at the same address is judged afresh.
+TEST(Pipeline, RefusedConnectionIsMutedAndItsLaterEventsDropped) {
+  Harness h;
+  int asked = 0;
+  h.pipeline.set_admit([&](core::ConnIdentity& id) {
+    ++asked;
+    if (id.remote.port == 40000) return false;
+    id.k8s_pod = "filled-by-hook";
+    return true;
+  });
+  ConnBuilder refused(0xB1, 100, 8000, 40000);
+  serve_stream(h, refused, 3, 10 * kMs);
+  EXPECT_EQ(asked, 1);
+  ASSERT_EQ(h.muted.size(), 1u);
+  EXPECT_EQ(h.muted[0], 0xB1u);
+  EXPECT_EQ(h.records.size(), 0u);
+  EXPECT_EQ(h.pipeline.connection_count(), 0u);
+  EXPECT_EQ(h.pipeline.counters().connections_refused, 1u);
+  EXPECT_EQ(h.pipeline.counters().connections_opened, 0u);
+
+  // The address reused by an admitted connection.
+  ConnBuilder admitted(0xB1, 100, 8000, 40001);
+  serve_stream(h, admitted, 3, 10 * kMs, kT0 + 500 * kMs);
+  EXPECT_EQ(asked, 2);
+  ASSERT_EQ(h.records.size(), 1u);
+  EXPECT_EQ(h.records[0].conn.k8s_pod, "filled-by-hook");
+  EXPECT_EQ(h.records[0].end, StreamEnd::complete);
+}
+
+// A full table evicts its least recently active connection and stops
+// following it: its later events neither come back as a joined-midstream
+// connection nor evict another one in turn.
+TEST(Pipeline, EvictedConnectionIsMutedAndStaysOut) {
+  std::vector<StreamRecord> records;
+  std::vector<std::uint64_t> muted;
+  core::PipelineConfig config;
+  config.max_connections = 2;
+  core::Pipeline pipeline(
+      config, [&](StreamRecord&& r) { records.push_back(std::move(r)); }, [&](std::uint64_t s) { muted.push_back(s); });
+  ConnBuilder a(0xC1, 100, 8000, 40001), b(0xC2, 100, 8000, 40002), c(0xC3, 100, 8000, 40003);
+  pipeline.on_record(a.recv(kT0, request()));
+  pipeline.on_record(a.send(kT0 + 1 * kMs, kStreamHead));
+  pipeline.on_record(b.recv(kT0 + 2 * kMs, request()));
+  pipeline.on_record(b.send(kT0 + 3 * kMs, kStreamHead));
+  pipeline.on_record(c.recv(kT0 + 4 * kMs, request()));  // table full: a (oldest) goes
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].end, StreamEnd::evicted);
+  EXPECT_EQ(records[0].conn.remote.port, 40001);
+  EXPECT_EQ(muted, (std::vector<std::uint64_t>{0xC1}));
+  // a keeps streaming (events already in flight): dropped, nothing else evicted.
+  for (int i = 0; i < 5; ++i) pipeline.on_record(a.send(kT0 + (5 + i) * kMs, chunked(openai_chunk("x"))));
+  EXPECT_EQ(records.size(), 1u);
+  EXPECT_EQ(pipeline.connection_count(), 2u);
+  EXPECT_EQ(pipeline.counters().connections_evicted, 1u);
+  EXPECT_EQ(pipeline.counters().connections_opened, 3u);
+}
+
 }  // namespace
 }  // namespace infertap

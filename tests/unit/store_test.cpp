@@ -422,6 +422,8 @@ TEST(CliFormat, ShowMarksTheStallOnTheEventThatEndedIt) {
     }
   }
   EXPECT_EQ(rows, 27u);
+  // The stall is also named under the sparkline, with where to find it.
+  EXPECT_NE(text.find("▶ stall 320 ms before event 13 (+"), std::string::npos) << text;
 }
 
 TEST(CliFormat, ShowVariants) {

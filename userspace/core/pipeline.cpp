@@ -59,6 +59,15 @@ void Pipeline::on_record(std::span<const std::uint8_t> record) {
 
 Connection* Pipeline::connection_for(const capture::IoEvent& event) {
   const itap_event& h = event.h();
+  if (!refused_.empty()) {
+    auto r = refused_.find(h.sock_id);
+    if (r != refused_.end()) {
+      // Events already in the ring when the mute landed; a new socket at the
+      // same address is judged afresh.
+      if (!(h.flags & ITAP_F_NEW_SOCKET)) return nullptr;
+      refused_.erase(r);
+    }
+  }
   auto it = connections_.find(h.sock_id);
   if (it != connections_.end()) {
     // The kernel saw this socket address as new: the old connection closed
@@ -79,6 +88,11 @@ Connection* Pipeline::connection_for(const capture::IoEvent& event) {
   id.local = endpoint(h.local_addr, h.local_port, h.family);
   id.remote = endpoint(h.remote_addr, h.remote_port, h.family);
   id.first_seen_ns = h.ts_ns;
+  if (admit_ && !admit_(id)) {
+    ++counters_.connections_refused;
+    stop_following(h.sock_id);
+    return nullptr;
+  }
   ++counters_.connections_opened;
   const std::string key = tuple_key(id.local, id.remote);
   const std::uint32_t pid = id.pid;
@@ -104,7 +118,10 @@ void Pipeline::on_event(const capture::IoEvent& event) {
   if (h.kind == ITAP_EV_STATE) {
     ++counters_.state_events;
     auto it = connections_.find(h.sock_id);
-    if (it == connections_.end()) return;
+    if (it == connections_.end()) {
+      if (h.new_state == kTcpClose) refused_.erase(h.sock_id);
+      return;
+    }
     if (h.new_state == kTcpClose) {
       close_connection(h.sock_id, h.ts_ns, StreamEnd::connection_closed);
     } else {
@@ -114,7 +131,7 @@ void Pipeline::on_event(const capture::IoEvent& event) {
   }
   ++counters_.data_events;
   Connection* conn = connection_for(event);
-  conn->on_data(event);
+  if (conn) conn->on_data(event);
 }
 
 void Pipeline::close_connection(std::uint64_t sock_id, TimestampNs now, StreamEnd reason) {
@@ -178,6 +195,10 @@ void Pipeline::evict_oldest(TimestampNs now) {
   for (std::size_t i = 0; i < n; ++i) {
     close_connection(by_age[i].second, now, StreamEnd::evicted);
     ++counters_.connections_evicted;
+    // Stop following it: were its next event to make it a connection again
+    // (joined mid-stream), a table full of live sockets would evict and
+    // re-admit in a loop, one partial record per turn.
+    stop_following(by_age[i].second);
   }
 }
 
@@ -217,6 +238,15 @@ void Pipeline::emit(StreamRecord&& record) {
   const TimestampNs now = record.end_ns;
   path_.add(std::move(record), now);
   counters_.records_held = path_.held();
+}
+
+void Pipeline::stop_following(std::uint64_t sock_id) {
+  // Bounded (a few MiB at most): a socket forgotten here is judged again on
+  // its next event, but after the kernel mute there are only the events that
+  // were already in the ring buffer, so the bound only has to outlast those.
+  if (refused_.size() >= std::max<std::size_t>(4 * config_.max_connections, 65536)) refused_.clear();
+  refused_.insert(sock_id);
+  if (mute_) mute_(sock_id);
 }
 
 void Pipeline::mute(std::uint64_t sock_id) {

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "capture/event.h"
 #include "core/path.h"
@@ -32,6 +33,13 @@ class Pipeline {
   // The kernel sends a process name with a connection's first event only; when
   // that event was lost, the name is looked up (e.g. /proc/<pid>/comm).
   using CommLookup = std::function<std::string(std::uint32_t pid)>;
+
+  // Called once per new connection with its identity (comm, cgroup path
+  // filled): may add to it (container, pod) and returns whether to follow the
+  // connection. A refused one is muted in the kernel and its later events are
+  // dropped here; targeting the kernel cannot do (process name globs) costs
+  // one event per socket of an untargeted process, not one per syscall.
+  using Admit = std::function<bool(ConnIdentity&)>;
 
   Pipeline(PipelineConfig config, RecordSink sink, MuteSocket mute = {}, CgroupLookup cgroup_lookup = {},
            CommLookup comm_lookup = {});
@@ -58,6 +66,8 @@ class Pipeline {
     config_.stall_ratio = ratio;
   }
 
+  void set_admit(Admit admit) { admit_ = std::move(admit); }
+
   const PipelineCounters& counters() const { return counters_; }
   std::size_t connection_count() const { return connections_.size(); }
   const PipelineConfig& config() const { return config_; }
@@ -71,6 +81,7 @@ class Pipeline {
   Connection* connection_for(const capture::IoEvent& event);
   void close_connection(std::uint64_t sock_id, TimestampNs now, StreamEnd reason);
   void evict_oldest(TimestampNs now);
+  void stop_following(std::uint64_t sock_id);  // mute in the kernel, drop its events already queued
   std::string cgroup_path(std::uint32_t pid);
 
   PipelineConfig config_;
@@ -88,6 +99,8 @@ class Pipeline {
   PathJoiner::Activity peer_activity(const Endpoint& local, const Endpoint& remote) const;
   PathJoiner::Activity gateway_partner_active(const StreamRecord& record) const;
   PathJoiner path_;
+  Admit admit_;
+  std::unordered_set<std::uint64_t> refused_;  // sockets the admit hook refused (muted; events in flight dropped)
 };
 
 }  // namespace infertap::core

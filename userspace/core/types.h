@@ -37,6 +37,10 @@ struct ConnIdentity {
   std::string comm;
   std::uint64_t cgroup_id = 0;
   std::string cgroup_path;  // from /proc/<pid>/cgroup when known
+  // Workload identity from the cgroup path and the node's pod directory; empty when unknown.
+  std::string container_id;   // full id (64 hex for docker/containerd/cri-o)
+  std::string pod_uid;        // Kubernetes pod UID, with dashes
+  std::string k8s_namespace, k8s_pod, k8s_container;
   Endpoint local;
   Endpoint remote;
   TimestampNs first_seen_ns = 0;
@@ -235,6 +239,7 @@ struct PipelineCounters {
   std::uint64_t path_signals = 0;        // ACK/arrival/retransmit/memory-limit events
   std::uint64_t records_joined = 0;      // records linked to a traced peer or gateway leg
   std::uint64_t records_held = 0;        // waiting for their peers right now
+  std::uint64_t connections_refused = 0;  // not targeted (process name, ...): muted on their first event
 };
 
 }  // namespace infertap::core

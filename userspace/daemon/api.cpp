@@ -62,10 +62,14 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 std::string error_response(const std::string& message) { return dump(json{{"ok", false}, {"error", message}}); }
 
-enum class ReadResult { line, eof, too_long };
+enum class ReadResult { line, eof, too_long, timeout };
 
 // Reads one '\n'-terminated line into `line` (without it), buffering the rest.
-ReadResult read_line(int fd, std::string& buffer, std::string& line, std::size_t max) {
+// `timeout` (0 = none) bounds the wait for the line to complete, counted from
+// the call: a client trickling a byte at a time cannot hold the connection.
+ReadResult read_line(int fd, std::string& buffer, std::string& line, std::size_t max,
+                     std::chrono::milliseconds timeout = std::chrono::milliseconds{0}) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     const std::size_t nl = buffer.find('\n');
     if (nl != std::string::npos) {
@@ -76,6 +80,14 @@ ReadResult read_line(int fd, std::string& buffer, std::string& line, std::size_t
       return ReadResult::line;
     }
     if (buffer.size() > max) return ReadResult::too_long;
+    if (timeout.count() > 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return ReadResult::timeout;
+      pollfd p{fd, POLLIN, 0};
+      const int ready = poll(&p, 1, static_cast<int>(std::min<long long>(left.count() + 1, INT32_MAX)));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) return ReadResult::timeout;
+    }
     char chunk[4096];
     const ssize_t n = recv(fd, chunk, sizeof chunk, 0);
     if (n < 0 && errno == EINTR) continue;
@@ -205,6 +217,12 @@ void ApiServer::accept_loop() {
       close(fd);
       continue;
     }
+    if (options_.idle_timeout.count() > 0) {
+      // Sends to a client that stopped reading fail after the timeout (EAGAIN).
+      const auto ms = options_.idle_timeout.count();
+      timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    }
     auto conn = std::make_unique<Connection>();
     conn->fd = fd;
     Connection& ref = *conn;
@@ -220,8 +238,13 @@ void ApiServer::accept_loop() {
 void ApiServer::serve(Connection& conn) {
   std::string buffer, line;
   while (!stopping_) {
-    const ReadResult r = read_line(conn.fd, buffer, line, options_.max_request_bytes);
+    const ReadResult r = read_line(conn.fd, buffer, line, options_.max_request_bytes, options_.idle_timeout);
     if (r == ReadResult::eof) return;
+    if (r == ReadResult::timeout) {
+      send_line(conn.fd, error_response("idle for " + std::to_string(options_.idle_timeout.count()) +
+                                        " ms without a complete request: closing"));
+      return;
+    }
     if (r == ReadResult::too_long) {
       send_line(conn.fd, error_response("request too large (max " + std::to_string(options_.max_request_bytes) + " bytes)"));
       return;
@@ -369,6 +392,7 @@ std::optional<std::string> ApiClient::read_line() {
     case ReadResult::line: return line;
     case ReadResult::eof: return std::nullopt;
     case ReadResult::too_long: break;
+    case ReadResult::timeout: break;  // not asked for: the client waits as long as the daemon takes
   }
   throw ApiError(ApiErrorKind::protocol, "response line too long");
 }

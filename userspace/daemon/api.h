@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <list>
@@ -28,6 +29,11 @@ struct ApiOptions {
   std::string socket_path = kDefaultSocketPath;
   std::size_t max_request_bytes = 64 * 1024;  // longer request lines are refused
   std::size_t max_clients = 32;               // concurrent connections (watchers included)
+  // A client that sends no complete request for this long is answered an error
+  // and closed, and a send that cannot progress for this long (a watcher that
+  // stopped reading) ends its connection: otherwise max_clients idle or stuck
+  // connections would lock every CLI out. 0 = never.
+  std::chrono::milliseconds idle_timeout{30'000};
   // Fields merged into the `status` response (version, attach notes, counters,
   // ...). Called on an API thread: it must be thread-safe. May be empty.
   std::function<nlohmann::json()> status;

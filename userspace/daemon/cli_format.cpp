@@ -1,5 +1,7 @@
 #include "daemon/cli_format.h"
 
+#include "daemon/metrics.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -72,9 +74,7 @@ std::string clock_of(const std::string& rfc3339) {  // "2026-11-29T17:34:09.1234
 }
 
 std::string route(const json& j) {
-  std::string p = str(j, "path");
-  const std::size_t q = p.find_first_of("?#");
-  if (q != std::string::npos) p.resize(q);
+  const std::string p = daemon::route_of(str(j, "path"));
   return p.empty() ? "-" : p;
 }
 
@@ -220,7 +220,13 @@ std::string format_show(const json& r, const FormatOptions& options) {
   const std::size_t spark_room = options.width > 30 ? options.width - 30 : 10;
   const double max_inter = inter.empty() ? 0.0 : *std::max_element(inter.begin(), inter.end());
   out << "gaps " << sparkline(inter, spark_room, options.unicode) << "  (" << timeline.size() << " events, max gap "
-      << fixed(max_inter, 1) << " ms)\n\n";
+      << fixed(max_inter, 1) << " ms)\n";
+  // Where each stall is, so it can be found in a long table (and in `less`: /stall).
+  for (const auto& [at, gap_ms] : stall_at) {
+    out << (options.unicode ? "▶ stall " : "> stall ") << fixed(gap_ms, 0) << " ms before event " << at << " (+"
+        << fixed(plus[at], 1) << " ms)\n";
+  }
+  out << "\n";
 
   // Columns: i, kind, +ms, gap ms, bytes, batch, bar.
   const std::string plus_title = "+" + vantage + " ms";

@@ -453,6 +453,23 @@ void parse_document(Parser& p, const YAML::Node& root, DaemonConfig& c) {
        }},
   };
 
+  const auto directory = [&](std::string* out) {
+    return [&p, out](const Node& n, const std::string& k) {
+      if (n.IsNull()) return;
+      const auto v = p.string(n, k);
+      if (!v) return;
+      if (!v->empty() && v->front() != '/') {
+        p.fail(n, k, "must be an absolute directory path or \"\" (do not look), got '" + *v + "'");
+        return;
+      }
+      *out = *v;
+    };
+  };
+  const std::vector<Field> kubernetes = {
+      {"pods_dir", directory(&c.kubernetes.pods_dir)},
+      {"containers_dir", directory(&c.kubernetes.containers_dir)},
+  };
+
   const std::vector<Field> top = {
       {"node_name",
        [&](const Node& n, const std::string& k) {
@@ -473,6 +490,7 @@ void parse_document(Parser& p, const YAML::Node& root, DaemonConfig& c) {
       {"output", [&](const Node& n, const std::string& k) { p.map(n, k, output); }},
       {"api", [&](const Node& n, const std::string& k) { p.map(n, k, api); }},
       {"metrics", [&](const Node& n, const std::string& k) { p.map(n, k, metrics); }},
+      {"kubernetes", [&](const Node& n, const std::string& k) { p.map(n, k, kubernetes); }},
   };
 
   p.map(root, "", top);
@@ -557,6 +575,20 @@ std::string effective_node_name(const DaemonConfig& config) {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0) return "";
   return buf;
+}
+
+std::string cgroup2_mount_point(const std::string& mountinfo_path) {
+  // Lines: "id parent major:minor root mount-point options... - fstype source super-options".
+  std::ifstream in(mountinfo_path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::size_t sep = line.find(" - ");
+    if (sep == std::string::npos || line.compare(sep + 3, 8, "cgroup2 ") != 0) continue;
+    std::istringstream fields(line.substr(0, sep));
+    std::string id, parent, dev, root, mount_point;
+    if (fields >> id >> parent >> dev >> root >> mount_point) return mount_point;
+  }
+  return "/sys/fs/cgroup";
 }
 
 bool resolve_cgroup_ids(const std::vector<std::string>& paths, std::vector<std::uint64_t>* ids, std::string* error,

@@ -13,7 +13,7 @@
 //   stall.floor_ms / .ratio        -> pipeline.stall_floor_ns / pipeline.stall_ratio
 //   pipeline.*                     -> pipeline
 //   limits.max_connections         -> pipeline.max_connections
-//   limits.* (others), output.*, api.*, metrics.*, node_name -> the daemon's own structs
+//   limits.* (others), output.*, api.*, metrics.*, kubernetes.*, node_name -> the daemon's own structs
 //
 // Defaults equal infertapd's command-line defaults.
 #pragma once
@@ -61,6 +61,12 @@ struct TargetingSettings {
   std::vector<std::string> process_name_patterns;  // fnmatch(3) globs on the process name (comm)
 };
 
+// Where Kubernetes names of a traced container come from (daemon/workload.h).
+struct KubernetesSettings {
+  std::string pods_dir = "/var/log/pods";              // "" = do not look
+  std::string containers_dir = "/var/log/containers";  // "" = do not look
+};
+
 struct DaemonConfig {
   capture::CaptureConfig capture;
   core::PipelineConfig pipeline;
@@ -69,6 +75,7 @@ struct DaemonConfig {
   MetricsSettings metrics;
   LimitSettings limits;
   TargetingSettings targeting;
+  KubernetesSettings kubernetes;
   std::string node_name;  // "" = $NODE_NAME, else the host name (effective_node_name())
 };
 
@@ -87,7 +94,13 @@ std::optional<DaemonConfig> load_config(const std::string& path, std::string* er
 // host name.
 std::string effective_node_name(const DaemonConfig& config);
 
-// cgroup v2 ids (directory inode numbers) of targeting.cgroups. A path not
+// Where the cgroup v2 hierarchy is mounted (from /proc/self/mountinfo):
+// "/sys/fs/cgroup" on unified hosts, "/sys/fs/cgroup/unified" on hybrid ones;
+// "/sys/fs/cgroup" when no cgroup2 mount is listed.
+std::string cgroup2_mount_point(const std::string& mountinfo_path = "/proc/self/mountinfo");
+
+// cgroup v2 ids (directory inode numbers) of targeting.cgroups. A cgroup
+// targets its descendants too (the kernel checks every ancestor level). A path not
 // under cgroup_root is taken relative to it. Returns false and sets *error
 // naming the path when one cannot be stat'ed.
 bool resolve_cgroup_ids(const std::vector<std::string>& paths, std::vector<std::uint64_t>* ids, std::string* error,

@@ -1,5 +1,7 @@
 #include "daemon/store.h"
 
+#include "daemon/metrics.h"
+
 #include <algorithm>
 #include <cmath>
 #include <ctime>
@@ -84,9 +86,8 @@ std::string_view to_string(GroupBy by) {
 }
 
 std::string route_key(std::string_view path) {
-  const std::size_t q = path.find_first_of("?#");
-  if (q != std::string_view::npos) path = path.substr(0, q);
-  return path.empty() ? "(none)" : std::string(path);
+  std::string route = route_of(path);  // the same route the Prometheus labels use
+  return route.empty() ? "(none)" : route;
 }
 
 std::string process_key(std::string_view comm, std::uint32_t pid) {
@@ -119,6 +120,11 @@ std::string container_key(std::string_view cgroup) {
   return std::string(leaf);
 }
 
+std::string container_key(const core::ConnIdentity& conn) {
+  if (conn.k8s_pod.empty()) return container_key(conn.cgroup_path);
+  return conn.k8s_namespace + "/" + conn.k8s_pod + "/" + (conn.k8s_container.empty() ? "?" : conn.k8s_container);
+}
+
 RecordSummary summarize(const core::StreamRecord& r) {
   RecordSummary s;
   s.id = std::to_string(r.conn.generation) + "-" + std::to_string(r.stream_seq);
@@ -127,6 +133,7 @@ RecordSummary summarize(const core::StreamRecord& r) {
   s.model = r.model;
   s.path = r.path;
   s.cgroup = r.conn.cgroup_path;
+  s.container = container_key(r.conn);
   s.role = r.role;
   s.end_ns = r.end_ns;
   s.ttft_ms = ms_of(r.metrics.ttft_ns);
@@ -384,7 +391,7 @@ std::string key_of(const RecordSummary& s, GroupBy by) {
     case GroupBy::model: return model_key(s.model);
     case GroupBy::route: return route_key(s.path);
     case GroupBy::process: return process_key(s.comm, s.pid);
-    case GroupBy::container: return container_key(s.cgroup);
+    case GroupBy::container: return s.container;
   }
   return {};
 }

@@ -25,6 +25,15 @@ void put_ms(json& j, const char* key, const std::optional<std::uint64_t>& ns) {
   }
 }
 
+// Workload identity: null rather than "" when unknown (not in a container / pod).
+void put_text(json& j, const char* key, const std::string& text) {
+  if (text.empty()) {
+    j[key] = nullptr;
+  } else {
+    j[key] = text;
+  }
+}
+
 void put_ns(json& j, const char* key, std::uint64_t ns) {
   if (ns) {
     j[key] = ns;
@@ -161,6 +170,11 @@ std::string render_stream(const core::StreamRecord& r, const WallClock& clock, c
   j["fd"] = r.conn.fd;
   j["cgroup_id"] = r.conn.cgroup_id;
   j["cgroup"] = r.conn.cgroup_path;
+  put_text(j, "container_id", r.conn.container_id);
+  put_text(j, "pod_uid", r.conn.pod_uid);
+  put_text(j, "k8s_namespace", r.conn.k8s_namespace);
+  put_text(j, "k8s_pod", r.conn.k8s_pod);
+  put_text(j, "k8s_container", r.conn.k8s_container);
   j["local"] = r.conn.local.to_string();
   j["remote"] = r.conn.remote.to_string();
   j["method"] = r.method;

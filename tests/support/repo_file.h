@@ -1,0 +1,28 @@
+// A repository file's text, found from the working directory (make,
+// scripts/test.sh run from the root) or from the including test's location.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace infertap::testing {
+
+inline std::string repo_file(const std::string& rel) {
+  namespace fs = std::filesystem;
+  for (const fs::path& p : {fs::path(rel), fs::path(__FILE__).parent_path() / "../.." / rel}) {
+    std::ifstream in(p);
+    if (in) {
+      std::ostringstream s;
+      s << in.rdbuf();
+      return s.str();
+    }
+  }
+  ADD_FAILURE() << "cannot find " << rel << " (run from the repository root)";
+  return {};
+}
+
+}  // namespace infertap::testing

@@ -1,0 +1,99 @@
+// docs/schema.json (what the integration tests validate records against) and
+// docs/schema.md (what people read) list the same fields, and the renderer
+// writes exactly the schema's top-level fields.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/metrics.h"
+#include "output/ndjson.h"
+#include "support/repo_file.h"
+
+namespace infertap {
+namespace {
+
+using json = nlohmann::json;
+using testing::repo_file;
+
+// Backticked names in the first column of the table rows between `from` and
+// the next "## " / "### " heading.
+std::set<std::string> table_fields(const std::string& md, const std::string& from) {
+  std::set<std::string> names;
+  std::size_t at = md.find(from);
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "docs/schema.md has no section " << from;
+    return names;
+  }
+  std::istringstream lines(md.substr(at + from.size()));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("## ", 0) == 0 || line.rfind("### ", 0) == 0) break;
+    if (line.rfind("| `", 0) != 0) continue;
+    const std::string cell = line.substr(1, line.find('|', 1) - 1);
+    for (std::size_t a = cell.find('`'); a != std::string::npos; a = cell.find('`', a + 1)) {
+      const std::size_t b = cell.find('`', a + 1);
+      if (b == std::string::npos) break;
+      names.insert(cell.substr(a + 1, b - a - 1));
+      a = b;
+    }
+  }
+  return names;
+}
+
+std::set<std::string> keys(const json& object) {
+  std::set<std::string> out;
+  for (const auto& [k, v] : object.items()) out.insert(k);
+  return out;
+}
+
+json load_schema() {
+  const std::string text = repo_file("docs/schema.json");
+  const json schema = json::parse(text, nullptr, false);
+  EXPECT_TRUE(schema.is_object()) << "docs/schema.json is not JSON";
+  return schema;
+}
+
+TEST(Schema, JsonSchemaAndDocumentListTheSameRecordFields) {
+  const json schema = load_schema();
+  ASSERT_TRUE(schema.contains("properties"));
+  const std::set<std::string> documented = table_fields(repo_file("docs/schema.md"), "## `\"type\": \"stream\"`");
+  EXPECT_GE(documented.size(), 40u) << "the table parser found too few fields";
+  EXPECT_EQ(keys(schema["properties"]), documented) << "docs/schema.json and docs/schema.md disagree";
+  EXPECT_EQ(schema.value("additionalProperties", true), false) << "unknown fields must fail validation";
+}
+
+TEST(Schema, JsonSchemaAndDocumentListTheSameTimelineFields) {
+  const json schema = load_schema();
+  const json items = schema["properties"]["timeline"]["items"];
+  ASSERT_TRUE(items.contains("properties"));
+  EXPECT_EQ(keys(items["properties"]), table_fields(repo_file("docs/schema.md"), "### Timeline entries"));
+}
+
+// The renderer writes every required field and nothing the schema lacks.
+TEST(Schema, RenderedRecordHasExactlyTheSchemaFields) {
+  const json schema = load_schema();
+  core::StreamRecord r;
+  r.role = core::Role::server;
+  r.request_start_ns = 1'000'000;
+  core::TimelineEvent e;
+  e.ts_ns = 2'000'000;
+  e.kind = protocol::EventKind::content;
+  r.timeline.push_back(e);
+  core::compute_metrics(r, std::nullopt, core::PipelineConfig{});
+  output::RenderOptions options;
+  options.timeline = true;
+  const json line = json::parse(output::render_stream(r, output::WallClock{}, options));
+  EXPECT_EQ(keys(line), keys(schema["properties"]));
+  std::set<std::string> required;
+  for (const auto& k : schema["required"]) required.insert(k.get<std::string>());
+  std::set<std::string> without_timeline = keys(line);
+  without_timeline.erase("timeline");
+  EXPECT_EQ(required, without_timeline) << "every field but the optional timeline is required";
+  EXPECT_EQ(keys(line["timeline"][0]), keys(schema["properties"]["timeline"]["items"]["properties"]));
+}
+
+}  // namespace
+}  // namespace infertap
