@@ -40,8 +40,8 @@ TEST(DaemonConfig, EmptyDocumentGivesInfertapdDefaults) {
     const capture::CaptureConfig cap;
     const core::PipelineConfig pipe;
     EXPECT_EQ(c.capture.attach, capture::AttachMethod::automatic);
-    EXPECT_EQ(c.capture.head_bytes, 512u);
-    EXPECT_EQ(c.capture.tail_bytes, 128u);
+    EXPECT_EQ(c.capture.head_bytes, std::uint32_t{ITAP_HEAD_DEFAULT});
+    EXPECT_EQ(c.capture.tail_bytes, std::uint32_t{ITAP_TAIL_DEFAULT});
     EXPECT_EQ(c.capture.ringbuf_bytes, 16u << 20);
     EXPECT_EQ(c.capture.wakeup_bytes, cap.wakeup_bytes);
     EXPECT_TRUE(c.capture.ignore_self);

@@ -153,7 +153,8 @@ TEST(Pipeline, CoalescedEventsShareOneSyscallAndReportTheBatch) {
 
 TEST(Pipeline, BurstLongerThanTheCaptureKeepsItsEdgesAndCountsTheHole) {
   Harness h;
-  ConnBuilder c(0xD5, 100, 8000, 40000);  // default caps: 512 head, 128 tail
+  ConnBuilder c(0xD5, 100, 8000, 40000);
+  c.set_caps(512, 128);
   h.feed(c.recv(kT0, request()));
   h.feed(c.send(kT0 + 1 * kMs, kStreamHead));
   std::string burst;

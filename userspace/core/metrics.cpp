@@ -72,7 +72,7 @@ std::vector<bool> content_gaps_observed(const std::vector<TimelineEvent>& timeli
     // A hole always lies inside one syscall: an event cut by it (truncated)
     // still has the time of the syscall that moved the bytes it swallowed. Only
     // a break in the offsets (events lost across syscalls) hides a time.
-    if (prev && e.offset != prev->offset + prev->wire_bytes) whole = false;
+    if (prev && e.offset > prev->offset + prev->wire_bytes) whole = false;
     if (e.kind == protocol::EventKind::content) {
       if (prev_content) out.push_back(whole);
       prev_content = &e;
