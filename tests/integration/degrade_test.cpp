@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "support/live_test.h"
@@ -80,9 +81,10 @@ class Degradation : public testing::LiveTest {
   }
 
   void start_daemon(const std::vector<std::uint16_t>& ports) {
+    metrics_port_ = testing::free_port();
     std::vector<std::string> argv = {build_dir() + "/infertapd", "-c", path("config.yaml"), "--socket", path("api.sock"),
-                                     "--metrics-listen", "127.0.0.1:0", "--ready-file", path("ready"), "-o",
-                                     path("records.ndjson")};
+                                     "--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_), "--ready-file",
+                                     path("ready"), "-o", path("records.ndjson")};
     for (std::uint16_t p : ports) argv.insert(argv.end(), {"--port", std::to_string(p)});
     auto d = Process::spawn(argv, path("daemon.log"));
     ASSERT_TRUE(d);
@@ -114,6 +116,19 @@ class Degradation : public testing::LiveTest {
     client_.emplace(std::move(*c));
   }
 
+  // The cohort gauge of the sample server's cohort, from /metrics ("" if absent).
+  std::string server_cohort_gauge() {
+    httplib::Client http("127.0.0.1", metrics_port_);
+    auto res = http.Get("/metrics");
+    if (!res || res->status != 200) return "no /metrics";
+    const std::string series =
+        "infertap_degradation_cohort_degraded{vantage=\"server_emit\",model=\"degrade-model\",route=\"/v1/chat/"
+        "completions\",process=\"sample-server\",length_class=\"all\"} ";
+    const auto at = res->body.find(series);
+    if (at == std::string::npos) return "";
+    return res->body.substr(at + series.size(), 1);
+  }
+
   std::string cli_alerts_json() {
     auto p = Process::spawn({build_dir() + "/infertap", "--socket", path("api.sock"), "alerts", "-o", "json"},
                             path("cli.out"));
@@ -133,6 +148,7 @@ class Degradation : public testing::LiveTest {
   }
 
   std::optional<Process> daemon_, server_, client_;
+  std::uint16_t metrics_port_ = 0;
 };
 
 TEST_F(Degradation, SlowModeDegradesOnceAndRecoversOnce) {
@@ -146,15 +162,18 @@ TEST_F(Degradation, SlowModeDegradesOnceAndRecoversOnce) {
   std::this_thread::sleep_for(std::chrono::duration<double>(4 * kWindowS));
   EXPECT_TRUE(lines_of_type(path("records.ndjson"), "alert").empty())
       << "alerts under healthy load:\n" << testing::read_file(path("records.ndjson"));
+  EXPECT_EQ(server_cohort_gauge(), "0");
 
   const std::uint64_t slow_at = monotonic_ns();
   server_->signal(SIGUSR1);
   std::this_thread::sleep_for(std::chrono::duration<double>(6 * kWindowS));
   const std::string during = cli_alerts_json();
+  EXPECT_EQ(server_cohort_gauge(), "1");
   const std::uint64_t fast_at = monotonic_ns();
   server_->signal(SIGUSR1);
   std::this_thread::sleep_for(std::chrono::duration<double>(6 * kWindowS));
-  const std::string metrics_after = testing::read_file(path("records.ndjson"));
+  const std::string records_after = testing::read_file(path("records.ndjson"));
+  EXPECT_EQ(server_cohort_gauge(), "0");
   stop_all();
 
   const std::vector<json> alerts = lines_of_type(path("records.ndjson"), "alert");
@@ -198,7 +217,7 @@ TEST_F(Degradation, SlowModeDegradesOnceAndRecoversOnce) {
       EXPECT_EQ(c["process"], "sample-client");
     }
   }
-  EXPECT_EQ(server_degraded, 1) << metrics_after;
+  EXPECT_EQ(server_degraded, 1) << records_after;
   EXPECT_EQ(server_recovered, 1);
   // Each cohort (server-emit, client-observed) enters and leaves exactly once.
   EXPECT_EQ(alerts.size(), 4u);
