@@ -98,11 +98,8 @@ class Degradation : public testing::LiveTest {
                             path("server.out"));
     ASSERT_TRUE(s);
     server_.emplace(std::move(*s));
-    for (int i = 0; i < 200; ++i) {
-      if (testing::read_file(path("server.out")).find("listening") != std::string::npos) return;
-      std::this_thread::sleep_for(20ms);
-    }
-    FAIL() << "sample-server did not start:\n" << testing::read_file(path("server.out"));
+    ASSERT_TRUE(testing::wait_for_text(path("server.out"), "listening", 4s))
+        << "sample-server did not start:\n" << testing::read_file(path("server.out"));
   }
 
   // Steady load: 3 connections, each one stream after the other. Reads of
@@ -239,11 +236,7 @@ TEST_F(Degradation, BufferingGatewayDegradesOnlyTheDeliveryPath) {
                                  std::to_string(port_)},
                                 path("gateway.out"));
   ASSERT_TRUE(gateway);
-  for (int i = 0; i < 200 && testing::read_file(path("gateway.out")).find("listening") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(20ms);
-  }
-  ASSERT_NE(testing::read_file(path("gateway.out")).find("listening"), std::string::npos)
-      << testing::read_file(path("gateway.out"));
+  ASSERT_TRUE(testing::wait_for_text(path("gateway.out"), "listening", 4s)) << testing::read_file(path("gateway.out"));
   start_load(gateway_port);
   std::this_thread::sleep_for(std::chrono::duration<double>(6 * kWindowS));
   const std::string during = cli_alerts_json();

@@ -69,17 +69,24 @@ std::string evidence_text(const json& alert) {
   return out.empty() ? "-" : out;
 }
 
+// The fields every alert and abuse line starts with.
+ojson record_head(const char* type, core::TimestampNs ts_ns, const output::WallClock& clock, const std::string& host,
+                  const char* id_key, std::uint64_t id, const char* state) {
+  ojson j;
+  j["type"] = type;
+  j["schema_version"] = output::kSchemaVersion;
+  j["ts"] = clock.rfc3339(ts_ns);
+  j["ts_ns"] = ts_ns;
+  j["host"] = host;
+  j[id_key] = id;
+  j["state"] = state;
+  return j;
+}
+
 }  // namespace
 
 ojson alert_json(const Alert& a, const output::WallClock& clock, const std::string& host) {
-  ojson j;
-  j["type"] = "alert";
-  j["schema_version"] = output::kSchemaVersion;
-  j["ts"] = clock.rfc3339(a.ts_ns);
-  j["ts_ns"] = a.ts_ns;
-  j["host"] = host;
-  j["alert_id"] = a.id;
-  j["state"] = a.degraded ? "degraded" : "recovered";
+  ojson j = record_head("alert", a.ts_ns, clock, host, "alert_id", a.id, a.degraded ? "degraded" : "recovered");
   j["reason"] = a.reason;
   j["cohort"] = cohort_json(a.cohort);
   j["objective"] = a.objective.empty() ? ojson(nullptr) : ojson(a.objective);
@@ -102,14 +109,7 @@ ojson alert_json(const Alert& a, const output::WallClock& clock, const std::stri
 }
 
 ojson abuse_json(const AbuseSignal& s, const output::WallClock& clock, const std::string& host) {
-  ojson j;
-  j["type"] = "abuse";
-  j["schema_version"] = output::kSchemaVersion;
-  j["ts"] = clock.rfc3339(s.ts_ns);
-  j["ts_ns"] = s.ts_ns;
-  j["host"] = host;
-  j["abuse_id"] = s.id;
-  j["state"] = s.active ? "active" : "cleared";
+  ojson j = record_head("abuse", s.ts_ns, clock, host, "abuse_id", s.id, s.active ? "active" : "cleared");
   j["process"] = s.process;
   j["client"] = s.client;
   j["since"] = clock.rfc3339(s.since_ns);
