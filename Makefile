@@ -24,7 +24,7 @@ BPF_OBJS   := $(patsubst bpf/%.bpf.c,$(OUT)/%.bpf.o,$(BPF_SRCS))
 SKELS      := $(patsubst bpf/%.bpf.c,$(OUT)/%.skel.h,$(BPF_SRCS))
 
 LIB_SRCS   := $(wildcard userspace/capture/*.cpp userspace/protocol/*.cpp userspace/core/*.cpp userspace/output/*.cpp \
-                        userspace/daemon/*.cpp)
+                        userspace/daemon/*.cpp userspace/degrade/*.cpp)
 LIB_OBJS   := $(patsubst %.cpp,$(OUT)/obj/%.o,$(LIB_SRCS))
 LIB        := $(OUT)/libinfertap.a
 

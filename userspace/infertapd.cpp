@@ -32,6 +32,7 @@
 #include "daemon/sink.h"
 #include "daemon/store.h"
 #include "daemon/workload.h"
+#include "degrade/monitor.h"
 #include "output/ndjson.h"
 
 namespace {
@@ -295,6 +296,18 @@ int main(int argc, char** argv) {
   store_options.host = render.host;
   daemon::RecordStore store(store_options);
 
+  // Degradation detection: fed every finished record; alerts go to the same sink.
+  degrade::Monitor degradation(config.degradation, clock, render.host,
+                               [&sink](std::string line) { sink->offer(std::move(line)); });
+  const auto publish_degradation = [&] {
+    std::vector<daemon::CohortStateSample> cohorts;
+    for (const degrade::CohortGauge& g : degradation.gauges()) {
+      cohorts.push_back({std::string(degrade::to_string(g.key.vantage)), g.key.model, g.key.route, g.key.process,
+                         g.key.length_class, g.degraded});
+    }
+    metrics.set_degradation(cohorts, degradation.active_abuse());
+  };
+
   // What `infertap status` shows: refreshed by the capture thread once a
   // second, read by API threads.
   std::mutex status_mu;
@@ -303,6 +316,7 @@ int main(int argc, char** argv) {
   if (!config.api.socket.empty()) {
     daemon::ApiOptions api_options;
     api_options.socket_path = config.api.socket;
+    api_options.alerts = [&] { return degradation.alerts_response(); };
     api_options.status = [&] {
       std::lock_guard<std::mutex> lock(status_mu);
       return status;
@@ -323,6 +337,7 @@ int main(int argc, char** argv) {
         sink->offer(output::render_stream(record, clock, render));
         store.add(record);
         metrics.observe(record);
+        degradation.observe(record);
       },
       [cap](std::uint64_t sock_id) { cap->mute(sock_id); }, read_cgroup_path, read_comm);
 
@@ -346,6 +361,7 @@ int main(int argc, char** argv) {
     const daemon::SinkCounters s = sink->counters();
     metrics.set_self(k, pipeline.counters(), {pipeline.connection_count(), s.dropped_lines});
     store.set_live(live_streams(pipeline));
+    publish_degradation();
     std::lock_guard<std::mutex> lock(status_mu);
     status["counters"] = counters_json(k, pipeline.counters(), s);
     status["tracked_connections"] = pipeline.connection_count();
@@ -374,6 +390,7 @@ int main(int argc, char** argv) {
       if (load(&next)) {
         pipeline.set_stall_threshold(next.pipeline.stall_floor_ns, next.pipeline.stall_ratio);
         render.timeline = next.output.timeline;
+        if (degradation.reconfigure(next.degradation)) log("degradation detection restarted with the new settings");
         log("configuration reloaded (capture, targeting, output and endpoints need a restart to change)");
       } else {
         log("configuration reload failed: keeping the running configuration");
@@ -382,6 +399,7 @@ int main(int argc, char** argv) {
     const std::uint64_t now = monotonic_ns();
     if (now - last_tick > 1'000'000'000ull) {
       pipeline.expire(now);
+      degradation.tick(now);
       refresh();
       last_tick = now;
     }

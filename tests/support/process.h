@@ -136,6 +136,16 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// Waits until `text` appears in the file (a child's output, e.g. "listening").
+inline bool wait_for_text(const std::string& path, const std::string& text, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (read_file(path).find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
 // A loopback TCP port that was free a moment ago.
 inline std::uint16_t free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -15,6 +15,7 @@
 
 #include "daemon/api.h"
 #include "daemon/cli_format.h"
+#include "degrade/render.h"
 
 namespace {
 
@@ -87,6 +88,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   add_output(stats);
 
+  CLI::App* alerts = app.add_subcommand("alerts", "degraded cohorts and abuse signals: active and recent (docs/degradation.md)");
+  add_output(alerts);
+
   CLI::App* watch = app.add_subcommand("watch", "stream records as NDJSON as they finish (until interrupted)");
   bool watch_timeline = false;
   watch->add_flag("--timeline", watch_timeline, "include each record's timeline");
@@ -144,6 +148,10 @@ int main(int argc, char** argv) {
       auto r = call(client, {{"cmd", "stats"}, {"by", by}});
       if (!r) return kExitFailed;
       std::cout << (as_json ? dump(*r) + "\n" : infertap::cli::format_stats(*r));
+    } else if (alerts->parsed()) {
+      auto r = call(client, {{"cmd", "alerts"}});
+      if (!r) return kExitFailed;
+      std::cout << (as_json ? dump(*r) + "\n" : infertap::degrade::format_alerts(*r));
     } else if (watch->parsed()) {
       client.send_line(dump(json{{"cmd", "watch"}, {"timeline", watch_timeline}}));
       const auto ack = client.read_line();

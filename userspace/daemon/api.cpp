@@ -349,8 +349,14 @@ std::string ApiServer::handle(std::string_view request_line) const {
     out["ok"] = true;
     return dump(out);
   }
+  if (cmd == "alerts") {
+    if (!options_.alerts) return error_response("degradation detection is not running in this infertapd");
+    json out = options_.alerts();
+    out["ok"] = true;
+    return dump(out);
+  }
   if (cmd == "watch") return error_response("\"watch\" is served on a connection of its own");
-  return error_response("unknown command \"" + cmd + "\" (status, streams, show, stats, top, watch)");
+  return error_response("unknown command \"" + cmd + "\" (status, streams, show, stats, top, alerts, watch)");
 }
 
 // ------------------------------------------------------------------ client

@@ -37,6 +37,9 @@ struct ApiOptions {
   // Fields merged into the `status` response (version, attach notes, counters,
   // ...). Called on an API thread: it must be thread-safe. May be empty.
   std::function<nlohmann::json()> status;
+  // The `alerts` response (degradation alerts and abuse signals); empty = the
+  // command answers that detection is off. Called on an API thread: thread-safe.
+  std::function<nlohmann::json()> alerts;
 };
 
 // Listens on the socket (mode 0600, parent directory created 0755; a stale

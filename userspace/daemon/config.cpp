@@ -491,6 +491,7 @@ void parse_document(Parser& p, const YAML::Node& root, DaemonConfig& c) {
       {"api", [&](const Node& n, const std::string& k) { p.map(n, k, api); }},
       {"metrics", [&](const Node& n, const std::string& k) { p.map(n, k, metrics); }},
       {"kubernetes", [&](const Node& n, const std::string& k) { p.map(n, k, kubernetes); }},
+      {"degradation", [&](const Node& n, const std::string& k) { degrade::parse_config(n, k, &c.degradation, &p.errors); }},
   };
 
   p.map(root, "", top);

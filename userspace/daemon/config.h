@@ -26,6 +26,7 @@
 
 #include "capture/loader.h"
 #include "core/types.h"
+#include "degrade/config.h"
 
 namespace infertap::daemon {
 
@@ -76,6 +77,7 @@ struct DaemonConfig {
   LimitSettings limits;
   TargetingSettings targeting;
   KubernetesSettings kubernetes;
+  degrade::DegradationConfig degradation;  // degradation.* (docs/degradation.md)
   std::string node_name;  // "" = $NODE_NAME, else the host name (effective_node_name())
 };
 

@@ -207,14 +207,14 @@ std::vector<double> MetricsConfig::default_rate_buckets() {
 
 MetricsRegistry::MetricsRegistry(MetricsConfig config) : config_(std::move(config)) {}
 
-std::string MetricsRegistry::cap_label(std::size_t label, std::string value) {
+std::string MetricsRegistry::cap_label(std::size_t label, std::string value, bool count_overflow) {
   std::set<std::string>& seen = seen_[label];
   if (seen.count(value) != 0) return value;
   if (seen.size() < config_.max_label_values) {
     seen.insert(value);
     return value;
   }
-  state_.overflow[std::string(kLabelNames[label])] += 1;
+  if (count_overflow) state_.overflow[std::string(kLabelNames[label])] += 1;
   return std::string(kOther);
 }
 
@@ -294,6 +294,24 @@ void MetricsRegistry::set_self(const capture::CaptureStats& capture, const core:
   state_.extra = extra;
 }
 
+void MetricsRegistry::set_degradation(const std::vector<CohortStateSample>& cohorts, std::uint64_t abuse_active) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_.cohort_degraded.clear();
+  for (const CohortStateSample& c : cohorts) {
+    // A refresh is not an observation: values over the cap fold into "other" uncounted.
+    const std::string raw[kLabels] = {c.vantage, c.model, c.route, c.process};
+    LabelValues labels;
+    for (std::size_t i = 0; i < kLabels; ++i) {
+      std::string v = sanitize_utf8(raw[i], config_.max_label_bytes);
+      labels.push_back(cap_label(i, v.empty() ? std::string(kUnknown) : std::move(v), false));
+    }
+    labels.push_back(sanitize_utf8(c.length_class, config_.max_label_bytes));
+    std::uint64_t& g = state_.cohort_degraded[labels];
+    g = std::max<std::uint64_t>(g, c.degraded ? 1 : 0);
+  }
+  state_.abuse_active = abuse_active;
+}
+
 std::string MetricsRegistry::render() const {
   State s;
   {
@@ -345,6 +363,15 @@ std::string MetricsRegistry::render() const {
            s.tokens, {});
   counters("infertap_streams_total", "Finished streams by how they ended.", s.streams, "end");
   counters("infertap_stalls_total", "Gaps between content events above the stall threshold.", s.stalls, "cause");
+
+  w.family("infertap_degradation_cohort_degraded", "gauge",
+           "Degradation cohorts: 1 while degraded, 0 while judged healthy or learning (docs/degradation.md).");
+  for (const auto& [values, v] : s.cohort_degraded) {
+    w.sample("infertap_degradation_cohort_degraded", stream_labels(values, "length_class"), v);
+  }
+  w.family("infertap_abuse_signals_active", "gauge",
+           "Clients holding a disproportionate share of a process's decode time now (docs/degradation.md).");
+  w.sample("infertap_abuse_signals_active", {}, s.abuse_active);
 
   w.family("infertap_label_overflow_total", "counter",
            "Observations whose label value was replaced by \"other\" (cardinality cap).");

@@ -34,6 +34,12 @@ struct MetricsConfig {
   static std::vector<double> default_rate_buckets();
 };
 
+// A degradation cohort's state (docs/degradation.md), set on each refresh.
+struct CohortStateSample {
+  std::string vantage, model, route, process, length_class;
+  bool degraded = false;
+};
+
 // Values the registry cannot read itself, passed with the capture counters.
 struct SelfExtra {
   std::uint64_t tracked_connections = 0;   // Pipeline::connection_count()
@@ -53,6 +59,10 @@ class MetricsRegistry {
   // Replace the agent's self counters (cumulative values). Thread-safe.
   void set_self(const capture::CaptureStats& capture, const core::PipelineCounters& pipeline,
                 const SelfExtra& extra = {});
+
+  // Replace the degradation cohort states and the count of active abuse
+  // signals. Labels share the per-stream label caps. Thread-safe.
+  void set_degradation(const std::vector<CohortStateSample>& cohorts, std::uint64_t abuse_active);
 
   // Text exposition format 0.0.4. Thread-safe; formats a snapshot taken under
   // the lock, and reads /proc/self for the process CPU and memory gauges.
@@ -80,10 +90,12 @@ class MetricsRegistry {
     capture::CaptureStats capture;
     core::PipelineCounters pipeline;
     SelfExtra extra;
+    std::map<LabelValues, std::uint64_t> cohort_degraded;  // + length_class
+    std::uint64_t abuse_active = 0;
   };
 
   // Applies the cardinality cap; called with mu_ held.
-  std::string cap_label(std::size_t label, std::string value);
+  std::string cap_label(std::size_t label, std::string value, bool count_overflow = true);
 
   const MetricsConfig config_;
   mutable std::mutex mu_;

@@ -1,0 +1,209 @@
+#include "degrade/render.h"
+
+#include <cstdio>
+
+#include "daemon/cli_format.h"
+
+namespace infertap::degrade {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using json = nlohmann::json;
+
+ojson optional_number(const std::optional<double>& v) { return v ? ojson(*v) : ojson(nullptr); }
+
+double round3(double v) { return static_cast<double>(static_cast<long long>(v * 1000 + (v < 0 ? -0.5 : 0.5))) / 1000; }
+
+ojson cohort_json(const CohortKey& k) {
+  return ojson{{"model", k.model},
+               {"route", k.route},
+               {"process", k.process},
+               {"container", k.container},
+               {"vantage", to_string(k.vantage)},
+               {"length_class", k.length_class}};
+}
+
+ojson evidence_json(const Evidence& e) {
+  return ojson{{"metric", metric_name(e.metric)},
+               {"phase", phase_of(e.metric)},
+               {"reference", e.reference.empty() ? ojson(nullptr) : ojson(e.reference)},
+               {"observed", round3(e.observed)},
+               {"tail", round3(e.worst)},
+               {"objective", optional_number(e.objective)},
+               {"baseline", e.baseline ? ojson(round3(*e.baseline)) : ojson(nullptr)},
+               {"streams", e.streams},
+               {"affected", e.affected},
+               {"affected_share", round3(e.affected_share)}};
+}
+
+std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+std::string str(const json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "-";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+std::string fixed(const json& j, const char* key, int decimals) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, it->get<double>());
+  return buf;
+}
+
+std::string cohort_text(const json& c) {
+  return str(c, "model") + " " + str(c, "route") + " " + str(c, "process") + " " + str(c, "vantage") + " " +
+         str(c, "length_class");
+}
+
+// "tokens_per_s 9.8 (objective 20, baseline 31.2; 92% of 40)"
+std::string evidence_text(const json& alert) {
+  std::string out;
+  for (const json& e : alert.value("evidence", json::array())) {
+    if (!out.empty()) out += "; ";
+    out += str(e, "metric") + " " + str(e, "observed") + " (objective " + str(e, "objective") + ", baseline " +
+           str(e, "baseline") + ", " + fixed(json{{"v", e.value("affected_share", 0.0) * 100}}, "v", 0) + "% of " +
+           str(e, "streams") + ")";
+  }
+  return out.empty() ? "-" : out;
+}
+
+// The fields every alert and abuse line starts with.
+ojson record_head(const char* type, core::TimestampNs ts_ns, const output::WallClock& clock, const std::string& host,
+                  const char* id_key, std::uint64_t id, const char* state) {
+  ojson j;
+  j["type"] = type;
+  j["schema_version"] = output::kSchemaVersion;
+  j["ts"] = clock.rfc3339(ts_ns);
+  j["ts_ns"] = ts_ns;
+  j["host"] = host;
+  j[id_key] = id;
+  j["state"] = state;
+  return j;
+}
+
+}  // namespace
+
+ojson alert_json(const Alert& a, const output::WallClock& clock, const std::string& host) {
+  ojson j = record_head("alert", a.ts_ns, clock, host, "alert_id", a.id, a.degraded ? "degraded" : "recovered");
+  j["reason"] = a.reason;
+  j["cohort"] = cohort_json(a.cohort);
+  j["objective"] = a.objective.empty() ? ojson(nullptr) : ojson(a.objective);
+  j["since"] = clock.rfc3339(a.since_ns);
+  j["since_ns"] = a.since_ns;
+  if (!a.degraded) j["degraded_s"] = round3(static_cast<double>(a.ts_ns - a.since_ns) / 1e9);
+  j["window_s"] = a.window_s;
+  j["windows"] = a.windows;
+  j["streams"] = a.streams;
+  j["affected_share"] = round3(a.affected_share);
+  j["layer"] = to_string(a.layer);
+  j["dominant_stall_cause"] = a.dominant_stall_cause.empty() ? ojson(nullptr) : ojson(a.dominant_stall_cause);
+  ojson causes = ojson::object();
+  for (const auto& [cause, n] : a.stall_causes) causes[cause] = n;
+  j["stall_causes"] = std::move(causes);
+  ojson evidence = ojson::array();
+  for (const Evidence& e : a.evidence) evidence.push_back(evidence_json(e));
+  j["evidence"] = std::move(evidence);
+  return j;
+}
+
+ojson abuse_json(const AbuseSignal& s, const output::WallClock& clock, const std::string& host) {
+  ojson j = record_head("abuse", s.ts_ns, clock, host, "abuse_id", s.id, s.active ? "active" : "cleared");
+  j["process"] = s.process;
+  j["client"] = s.client;
+  j["since"] = clock.rfc3339(s.since_ns);
+  j["since_ns"] = s.since_ns;
+  j["window_s"] = s.window_s;
+  j["windows"] = s.windows;
+  j["decode_share"] = round3(s.decode_share);
+  j["decode_s"] = round3(s.decode_s);
+  j["process_decode_s"] = round3(s.process_decode_s);
+  j["tokens"] = s.tokens;
+  j["process_tokens"] = s.process_tokens;
+  j["streams"] = s.streams;
+  j["clients"] = s.clients;
+  return j;
+}
+
+std::string render_alert(const Alert& a, const output::WallClock& clock, const std::string& host) {
+  return dump(alert_json(a, clock, host));
+}
+
+std::string render_abuse(const AbuseSignal& s, const output::WallClock& clock, const std::string& host) {
+  return dump(abuse_json(s, clock, host));
+}
+
+json alerts_response(const Engine& engine, const output::WallClock& clock, const std::string& host) {
+  json out;
+  out["enabled"] = engine.config().enabled;
+  out["window_s"] = engine.config().window_s;
+  json active = json::array(), recent = json::array(), abuse_active = json::array(), abuse_recent = json::array();
+  for (const Alert& a : engine.active_alerts()) active.push_back(json(alert_json(a, clock, host)));
+  for (auto it = engine.recent_alerts().rbegin(); it != engine.recent_alerts().rend(); ++it) {
+    recent.push_back(json(alert_json(*it, clock, host)));
+  }
+  for (const AbuseSignal& s : engine.active_abuse()) abuse_active.push_back(json(abuse_json(s, clock, host)));
+  for (auto it = engine.recent_abuse().rbegin(); it != engine.recent_abuse().rend(); ++it) {
+    abuse_recent.push_back(json(abuse_json(*it, clock, host)));
+  }
+  json cohorts = json::array();
+  for (const CohortStatus& c : engine.cohorts()) {
+    json baseline = json::object();
+    for (Metric m : kAllMetrics) {
+      const auto& b = c.baseline[static_cast<std::size_t>(m)];
+      if (b) baseline[std::string(metric_name(m))] = round3(*b);
+    }
+    cohorts.push_back(json{{"cohort", json(cohort_json(c.key))},
+                           {"state", to_string(c.state)},
+                           {"last_window_streams", c.last_streams},
+                           {"baseline", std::move(baseline)}});
+  }
+  const EngineCounters& k = engine.counters();
+  out["active"] = std::move(active);
+  out["recent"] = std::move(recent);
+  out["abuse_active"] = std::move(abuse_active);
+  out["abuse_recent"] = std::move(abuse_recent);
+  out["cohorts"] = std::move(cohorts);
+  out["counters"] = {{"observations", k.observations},
+                     {"windows_closed", k.windows_closed},
+                     {"cohorts_evicted", k.cohorts_evicted},
+                     {"cohorts_refused", k.cohorts_refused}};
+  return out;
+}
+
+std::string format_alerts(const json& r) {
+  std::string out;
+  if (!r.value("enabled", true)) return "degradation detection is disabled (degradation.enabled: false)\n";
+  const auto alerts = [&](const char* title, const json& list) {
+    out += std::string(title) + " (" + std::to_string(list.size()) + ")\n";
+    if (list.empty()) return;
+    std::vector<std::vector<std::string>> rows;
+    for (const json& a : list) {
+      rows.push_back({infertap::cli::ellipsize(str(a, "ts"), 23), str(a, "state"), cohort_text(a.value("cohort", json::object())),
+                      str(a, "layer"), str(a, "dominant_stall_cause"), evidence_text(a)});
+    }
+    out += infertap::cli::format_table({"TIME", "STATE", "COHORT (model route process vantage class)", "LAYER", "STALLS",
+                                        "EVIDENCE"},
+                                       rows, {false, false, false, false, false, false});
+  };
+  alerts("active alerts", r.value("active", json::array()));
+  out += "\n";
+  alerts("recent alerts, newest first", r.value("recent", json::array()));
+  const json abuse = r.value("abuse_active", json::array());
+  const json abuse_recent = r.value("abuse_recent", json::array());
+  out += "\nabuse signals: " + std::to_string(abuse.size()) + " active, " + std::to_string(abuse_recent.size()) + " recent\n";
+  if (!abuse_recent.empty()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const json& s : abuse_recent) {
+      rows.push_back({infertap::cli::ellipsize(str(s, "ts"), 23), str(s, "state"), str(s, "process"), str(s, "client"),
+                      fixed(json{{"v", s.value("decode_share", 0.0) * 100}}, "v", 0) + "%", str(s, "streams"),
+                      str(s, "tokens"), str(s, "clients")});
+    }
+    out += infertap::cli::format_table({"TIME", "STATE", "PROCESS", "CLIENT", "DECODE SHARE", "STREAMS", "TOKENS", "CLIENTS"},
+                                       rows, {false, false, false, false, true, true, true, true});
+  }
+  return out;
+}
+
+}  // namespace infertap::degrade

@@ -1,0 +1,28 @@
+// Alert and abuse records as JSON (NDJSON lines, docs/schema.md "type": "alert"
+// and "type": "abuse"), the `alerts` API response and its CLI table.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "degrade/engine.h"
+#include "output/ndjson.h"
+
+namespace infertap::degrade {
+
+nlohmann::ordered_json alert_json(const Alert& a, const output::WallClock& clock, const std::string& host);
+nlohmann::ordered_json abuse_json(const AbuseSignal& s, const output::WallClock& clock, const std::string& host);
+
+// One NDJSON line, no newline.
+std::string render_alert(const Alert& a, const output::WallClock& clock, const std::string& host);
+std::string render_abuse(const AbuseSignal& s, const output::WallClock& clock, const std::string& host);
+
+// {"active": [...], "recent": [...], "abuse_active": [...], "abuse_recent": [...],
+//  "cohorts": [...], "counters": {...}}; recent lists newest first.
+nlohmann::json alerts_response(const Engine& engine, const output::WallClock& clock, const std::string& host);
+
+// `infertap alerts` as text: active alerts, recent alerts, abuse signals.
+std::string format_alerts(const nlohmann::json& response);
+
+}  // namespace infertap::degrade
