@@ -37,6 +37,9 @@ CaptureConfig self_config() {
   c.ignore_self = false;
   c.pids = {static_cast<std::uint32_t>(getpid())};
   c.ringbuf_bytes = 4u << 20;
+  // The payloads below are sized against these caps (head, hole, tail).
+  c.head_bytes = 512;
+  c.tail_bytes = 128;
   return c;
 }
 

@@ -195,7 +195,7 @@ bool PathJoiner::satisfied(const Held& h) const {
   if (h.want_peer && !h.peer) return false;
   if (h.want_gateway && !h.gw) return false;
   // A sender waits for the ACK of its last event when ACKs are being seen.
-  if (h.rec.role == Role::server && h.rec.tcp.signals && !h.rec.timeline.empty()) {
+  if (h.rec.role == Role::server && h.rec.tcp.signals && !h.closed && !h.rec.timeline.empty()) {
     const TimelineEvent& last = h.rec.timeline.back();
     if (last.end_seq && !last.acked_ns && !h.peer) return false;
   }
@@ -275,6 +275,14 @@ void PathJoiner::on_signal(std::uint64_t sock_id, std::uint64_t generation, cons
       tcp.zero_window_since = 0;
     }
   }
+}
+
+void PathJoiner::on_closed(std::uint64_t sock_id, std::uint64_t generation, TimestampNs now) {
+  bool any = false;
+  for (Held& h : held_) {
+    if (h.rec.conn.sock_id == sock_id && h.rec.conn.generation == generation) h.closed = any = true;
+  }
+  if (any) release_due(now);
 }
 
 void PathJoiner::release_due(TimestampNs now) {

@@ -49,6 +49,8 @@ class PathJoiner {
   // A delivery signal for a socket whose record may be held: the bytes of a
   // finished stream can sit in the send buffer long after its last send.
   void on_signal(std::uint64_t sock_id, std::uint64_t generation, const itap_path_event& signal);
+  // The socket closed: no more ACKs will come for its held records.
+  void on_closed(std::uint64_t sock_id, std::uint64_t generation, TimestampNs now);
   // Releases the records whose path is complete or whose wait is over.
   void release_due(TimestampNs now);
   void release_all();
@@ -62,6 +64,7 @@ class PathJoiner {
     TimestampNs cap = 0;       // longest wait for a partner still streaming
     bool want_peer = false;
     bool want_gateway = false;
+    bool closed = false;  // its socket closed: no ACK to wait for
     Held* peer = nullptr;       // other end of the TCP connection
     Held* gw = nullptr;         // the gateway's other leg (same process)
     std::vector<int> to_peer;   // my event -> peer's event (-1: none)

@@ -149,6 +149,7 @@ void Pipeline::close_connection(std::uint64_t sock_id, TimestampNs now, StreamEn
     std::erase(p->second, conn.get());
     if (p->second.empty()) by_pid_.erase(p);
   }
+  path_.on_closed(sock_id, id.generation, now);
 }
 
 PathJoiner::Activity Pipeline::peer_activity(const Endpoint& local, const Endpoint& remote) const {
