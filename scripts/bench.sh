@@ -21,9 +21,9 @@ build/bench_pipeline --benchmark_min_time=0.5 --benchmark_repetitions=5 --benchm
   awk '/_median/ {for (i=1;i<=NF;i++) if ($i ~ /items_per_second/) print "   ", $1, $i}'
 
 agent_pid=
-agent_on() {  # $1 = attach method
+agent_on() {  # $1 = attach method, then extra infertapd flags
   rm -f "$work/ready"
-  build/infertapd --attach "$1" -o /dev/null --socket "" --metrics-listen "" --ready-file "$work/ready" 2>"$work/agent.log" &
+  build/infertapd --attach "$@" -o /dev/null --socket "" --metrics-listen "" --ready-file "$work/ready" 2>"$work/agent.log" &
   agent_pid=$!
   for _ in $(seq 200); do [ -e "$work/ready" ] && return; sleep 0.05; done
   cat "$work/agent.log" >&2; exit 1
@@ -71,6 +71,7 @@ server_case() {  # prints "rate cpu_us_per_event"
   local port log rate ticks
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   [ "$1" = sock ] && agent_on sock
+  [ "$1" = nosig ] && agent_on sock --no-delivery-signals
   build/sample-server --port "$port" --ttft-ms 0 --itl-ms 1 >"$work/server.out" 2>&1 &
   local spid=$!
   for _ in $(seq 100); do grep -q listening "$work/server.out" 2>/dev/null && break; sleep 0.05; done
@@ -82,15 +83,21 @@ server_case() {  # prints "rate cpu_us_per_event"
   echo "$log" | sed -n 's/.*content_events=\([0-9]*\).*elapsed_s=\([0-9.]*\).*/\1 \2/p' |
     awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" '{printf "%.0f %.2f\n", $1/$2, t/hz*1e6/$1}'
 }
-off=(); sock=(); srv=()
+off=(); sock=(); srv=(); nosig=()
 for _ in $(seq "$REPS"); do
   off+=("$(server_case off)"); sock+=("$(server_case sock)"); srv+=("$(server_case server-only)")
+  nosig+=("$(server_case nosig)")
 done
 col() { printf '%s\n' "${@:2}" | awk -v c="$1" '{print $c}' | median; }
 o=$(col 1 "${off[@]}"); oc=$(col 2 "${off[@]}")
-for variant in "sock:every process traced (server and client)" "srv:server traced, client as if remote"; do
+for variant in "sock:every process traced (server and client)" "srv:server traced, client as if remote" \
+               "nosig:every process traced, delivery signals off"; do
   name=${variant%%:*}; label=${variant#*:}
-  if [ "$name" = sock ]; then k=$(col 1 "${sock[@]}"); kc=$(col 2 "${sock[@]}"); else k=$(col 1 "${srv[@]}"); kc=$(col 2 "${srv[@]}"); fi
+  case "$name" in
+    sock) k=$(col 1 "${sock[@]}"); kc=$(col 2 "${sock[@]}") ;;
+    srv) k=$(col 1 "${srv[@]}"); kc=$(col 2 "${srv[@]}") ;;
+    *) k=$(col 1 "${nosig[@]}"); kc=$(col 2 "${nosig[@]}") ;;
+  esac
   awk -v l="$label" -v o="$o" -v k="$k" -v oc="$oc" -v kc="$kc" 'BEGIN {
     printf "    %-44s delivered off %.0f/s on %.0f/s ratio %.3f | server CPU/event off %.2f us on %.2f us (%+.2f us)\n",
       l, o, k, k/o, oc, kc, kc-oc }'
@@ -101,7 +108,7 @@ prog_cost() {  # $1 = label; rest = send-loop args
   local label=$1; shift
   agent_on sock
   build/send-loop "$@" --seconds "$SECONDS_PER_RUN" >/dev/null
-  bpftool prog show | grep -A2 -E "itap_sock_(send|recv)" | grep -oE "name [a-z_]+|run_time_ns [0-9]+|run_cnt [0-9]+" |
+  bpftool prog show | grep -A2 -E "name itap_" | grep -oE "name [a-z_]+|run_time_ns [0-9]+|run_cnt [0-9]+" |
     paste - - - | awk -v l="$label" '{ if ($6 > 0) printf "    %-32s %-16s %8d calls  %6.0f ns/call\n", l, $2, $6, $4 / $6 }'
   agent_off
 }

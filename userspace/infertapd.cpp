@@ -161,6 +161,10 @@ int main(int argc, char** argv) {
   auto* ring_opt = app.add_option("--ringbuf-mb", ringbuf_mb, "Ring buffer size in MiB (power of two)");
   auto* attach_opt = app.add_option("--attach", attach, "How the capture attaches: auto, sock, tracepoint or raw_tp")
                          ->check(CLI::IsMember({"auto", "sock", "tracepoint", "raw_tp"}));
+  bool no_signals = false;
+  auto* signals_opt = app.add_flag("--no-delivery-signals", no_signals,
+                                   "Do not attach the ACK/arrival/retransmit probes (no acked/arrived vantages, "
+                                   "no TCP context)");
   auto* floor_opt = app.add_option("--stall-floor-ms", stall_floor_ms, "Smallest gap between tokens that is a stall");
   auto* ratio_opt = app.add_option("--stall-ratio", stall_ratio, "A stall is also above this many median ITLs");
   auto* socket_opt = app.add_option("--socket", cfg.api.socket, "Query API unix socket ('' = no API)");
@@ -193,6 +197,7 @@ int main(int argc, char** argv) {
           {"raw_tp", capture::AttachMethod::raw_tracepoints}};
       c.capture.attach = methods.at(attach);
     }
+    if (*signals_opt) c.capture.path_signals = !no_signals;
     if (*floor_opt) c.pipeline.stall_floor_ns = static_cast<std::uint64_t>(stall_floor_ms * 1e6);
     if (*ratio_opt) c.pipeline.stall_ratio = stall_ratio;
     if (*socket_opt) c.api.socket = cfg.api.socket;

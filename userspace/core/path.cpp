@@ -635,20 +635,22 @@ void PathJoiner::finish_group(const std::vector<Held*>& group) {
     g.upstream = up->rec.conn.remote.to_string();
     g.downstream = down->rec.conn.remote.to_string();
     std::vector<std::uint64_t> delays;
-    std::map<int, std::uint32_t> per_send;
+    std::map<TimestampNs, std::uint32_t> per_send;  // events of one downstream send share its time
     for (std::size_t j = 0; j < up->to_gw.size(); ++j) {
       const int k = up->to_gw[j];
       if (k < 0) continue;
       const TimestampNs read = up->rec.timeline[j].ts_ns;
       const TimestampNs sent = down->rec.timeline[static_cast<std::size_t>(k)].ts_ns;
       delays.push_back(sent > read ? sent - read : 0);
-      ++per_send[k];
+      ++per_send[sent];
     }
     for (int k : down->to_gw) g.events_matched += k >= 0 ? 1 : 0;
     g.delay_p50_ns = percentile(delays, 50);
     g.delay_p99_ns = percentile(delays, 99);
     g.delay_max_ns = percentile(delays, 100);
-    for (const auto& [k, n] : per_send) g.max_events_per_send = std::max(g.max_events_per_send, n);
+    for (const auto& [t, n] : per_send) g.max_events_per_send = std::max(g.max_events_per_send, n);
+    for (const TimelineEvent& e : down->rec.timeline)
+      g.max_events_per_send = std::max(g.max_events_per_send, e.events_in_syscall);
     r.gateway = std::move(g);
   }
 

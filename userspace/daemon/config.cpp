@@ -264,6 +264,8 @@ void parse_document(Parser& p, const YAML::Node& root, DaemonConfig& c) {
        [&](const Node& n, const std::string& k) {
          set(n, &c.capture.tail_bytes, [&] { return p.integer(n, k, 0, ITAP_TAIL_MAX); });
        }},
+      {"delivery_signals",
+       [&](const Node& n, const std::string& k) { set(n, &c.capture.path_signals, [&] { return p.boolean(n, k); }); }},
       {"ringbuf_mb",
        [&](const Node& n, const std::string& k) {
          if (n.IsNull()) return;

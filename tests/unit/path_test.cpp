@@ -1,0 +1,222 @@
+// PathJoiner from synthetic records with a fake clock: the two ends of a
+// connection join by TCP sequence, a gateway's legs join by content, records
+// wait only as long as their partners can still come, and each stall is
+// charged to the hop that added it.
+#include "core/path.h"
+
+#include "core/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+
+#include <vector>
+
+namespace infertap::core {
+namespace {
+
+constexpr TimestampNs kMs = 1'000'000;
+constexpr TimestampNs kT0 = 1'000 * kMs;
+
+Endpoint ep(std::uint8_t last_octet, std::uint16_t port) {
+  Endpoint e;
+  e.family = AF_INET;
+  e.addr[0] = 10;
+  e.addr[3] = last_octet;
+  e.port = port;
+  return e;
+}
+
+struct Side {
+  Role role;
+  std::uint32_t pid;
+  std::uint64_t generation;
+  Endpoint local, remote;
+  std::string comm;
+};
+
+// A stream of `n` token events ending at `end_seq0 + 100 * (i + 1)`, timed by `at(i)`.
+template <typename At>
+StreamRecord stream(const Side& s, int n, At at, std::uint32_t end_seq0 = 5000) {
+  StreamRecord r;
+  r.role = s.role;
+  r.conn.pid = s.pid;
+  r.conn.generation = s.generation;
+  r.conn.sock_id = 0x1000 + s.generation;
+  r.conn.local = s.local;
+  r.conn.remote = s.remote;
+  r.conn.comm = s.comm;
+  r.response_id = "chatcmpl-1";
+  r.request_end_ns = kT0;
+  for (int i = 0; i < n; ++i) {
+    TimelineEvent e;
+    e.ts_ns = at(i);
+    e.kind = protocol::EventKind::content;
+    e.offset = static_cast<std::uint64_t>(100 * i);
+    e.wire_bytes = 100;
+    e.end_seq = end_seq0 + 100 * static_cast<std::uint32_t>(i + 1);
+    e.end_seq_exact = true;
+    e.data_hash = 0x5000 + static_cast<std::uint64_t>(i);
+    e.events_in_syscall = 1;
+    r.timeline.push_back(e);
+  }
+  r.first_token_ns = r.first_event_ns = r.timeline.front().ts_ns;
+  r.last_token_ns = r.last_event_ns = r.end_ns = r.timeline.back().ts_ns;
+  std::vector<TimestampNs> times;
+  for (const auto& e : r.timeline) times.push_back(e.ts_ns);
+  r.metrics = metrics_of(times, kT0, r.last_event_ns, static_cast<std::uint64_t>(n), PipelineConfig{});
+  r.metrics.events = static_cast<std::uint32_t>(n);
+  return r;
+}
+
+class PathJoinerTest : public ::testing::Test {
+ protected:
+  PathJoiner joiner{config_, [this](StreamRecord&& r) { out_.push_back(std::move(r)); },
+                    [this](const Endpoint&, const Endpoint&) { return peer_; },
+                    [this](const StreamRecord& r) {
+                      return r.conn.pid == gateway_pid_ ? gateway_ : PathJoiner::Activity::none;
+                    }};
+  const StreamRecord* find(Role role, std::uint32_t pid) const {
+    for (const auto& r : out_)
+      if (r.role == role && r.conn.pid == pid) return &r;
+    return nullptr;
+  }
+
+  PipelineConfig config_;
+  std::vector<StreamRecord> out_;
+  PathJoiner::Activity peer_ = PathJoiner::Activity::none;
+  PathJoiner::Activity gateway_ = PathJoiner::Activity::none;
+  std::uint32_t gateway_pid_ = 0;  // the process that follows connections in both roles
+};
+
+const Side kServer{Role::server, 100, 1, ep(1, 8000), ep(2, 40000), "vllm"};
+const Side kClient{Role::client, 200, 2, ep(2, 40000), ep(1, 8000), "client"};
+
+TEST_F(PathJoinerTest, BothEndsJoinBySequenceAndTheServerGetsTheClientsView) {
+  peer_ = PathJoiner::Activity::streaming;  // the client's connection is followed
+  joiner.add(stream(kServer, 20, [](int i) { return kT0 + 20 * kMs + i * 10 * kMs; }), kT0 + 300 * kMs);
+  EXPECT_TRUE(out_.empty()) << "the server record waits for its traced peer";
+  // The client reads every event 2 ms after the send, and one 300 ms late.
+  joiner.add(stream(kClient, 20,
+                    [](int i) { return kT0 + 20 * kMs + i * 10 * kMs + 2 * kMs + (i >= 10 ? 300 * kMs : 0); }),
+             kT0 + 700 * kMs);
+  ASSERT_EQ(out_.size(), 2u);
+  const StreamRecord* s = find(Role::server, 100);
+  const StreamRecord* c = find(Role::client, 200);
+  ASSERT_TRUE(s && c);
+  EXPECT_EQ(s->peer_stream_id, stream_id(*c));
+  EXPECT_EQ(s->timeline[3].peer_ns, c->timeline[3].ts_ns);
+  EXPECT_EQ(c->timeline[3].peer_ns, s->timeline[3].ts_ns);
+  ASSERT_TRUE(s->delivery);
+  EXPECT_EQ(s->delivery->vantage, "read");
+  EXPECT_EQ(s->delivery->path, "vllm>client");
+  EXPECT_EQ(*s->delivery->ttft_added_ns, 2 * kMs);
+  ASSERT_EQ(s->delivery->metrics.stalls.size(), 1u);
+  EXPECT_EQ(s->delivery->metrics.stalls[0].cause, StallCause::client_read);
+  EXPECT_TRUE(s->delivery->degraded_by_path);
+  EXPECT_TRUE(s->metrics.stalls.empty());
+  ASSERT_EQ(c->metrics.stalls.size(), 1u);
+  EXPECT_EQ(c->metrics.stalls[0].cause, StallCause::client_read);
+}
+
+TEST_F(PathJoinerTest, AServerPauseIsTheModelsAtEveryVantage) {
+  peer_ = PathJoiner::Activity::streaming;
+  const auto sent = [](int i) { return kT0 + 20 * kMs + i * 10 * kMs + (i >= 10 ? 300 * kMs : 0); };
+  joiner.add(stream(kServer, 20, sent), kT0 + 600 * kMs);
+  joiner.add(stream(kClient, 20, [&](int i) { return sent(i) + kMs; }), kT0 + 600 * kMs);
+  const StreamRecord* s = find(Role::server, 100);
+  const StreamRecord* c = find(Role::client, 200);
+  ASSERT_TRUE(s && c && s->delivery);
+  ASSERT_EQ(s->metrics.stalls.size(), 1u);
+  EXPECT_EQ(s->metrics.stalls[0].cause, StallCause::model);
+  ASSERT_EQ(s->delivery->metrics.stalls.size(), 1u);
+  EXPECT_EQ(s->delivery->metrics.stalls[0].cause, StallCause::model);
+  EXPECT_FALSE(s->delivery->degraded_by_path);
+  ASSERT_EQ(c->metrics.stalls.size(), 1u);
+  EXPECT_EQ(c->metrics.stalls[0].cause, StallCause::model);
+}
+
+TEST_F(PathJoinerTest, GatewayLegsJoinByContentAndHeldEventsAreGatewayBuffering) {
+  // server -> gateway (pid 300: upstream leg ep(3):6000, downstream ep(3):80) -> client
+  const Side server{Role::server, 100, 1, ep(1, 8000), ep(3, 6000), "vllm"};
+  const Side up{Role::client, 300, 2, ep(3, 6000), ep(1, 8000), "nginx"};
+  const Side down{Role::server, 300, 3, ep(3, 80), ep(2, 40000), "nginx"};
+  const Side client{Role::client, 200, 4, ep(2, 40000), ep(3, 80), "client"};
+  const auto sent = [](int i) { return kT0 + 20 * kMs + i * 10 * kMs; };
+  // The gateway sends what it read in groups of 12 events, 120 ms at a time.
+  const auto flushed = [&](int i) { return sent((i / 12) * 12 + 11) + 1 * kMs; };
+  peer_ = PathJoiner::Activity::streaming;
+  gateway_ = PathJoiner::Activity::idle;
+  gateway_pid_ = 300;
+  joiner.add(stream(server, 24, sent, 5000), kT0 + 300 * kMs);
+  joiner.add(stream(up, 24, [&](int i) { return sent(i) + kMs / 10; }, 5000), kT0 + 300 * kMs);
+  StreamRecord d = stream(down, 24, flushed, 90000);
+  for (auto& e : d.timeline) e.events_in_syscall = 12;
+  joiner.add(std::move(d), kT0 + 300 * kMs);
+  EXPECT_TRUE(out_.empty()) << "the client's record is still to come";
+  joiner.add(stream(client, 24, [&](int i) { return flushed(i) + kMs / 10; }, 90000), kT0 + 300 * kMs);
+  ASSERT_EQ(out_.size(), 4u);
+
+  const StreamRecord* s = find(Role::server, 100);
+  ASSERT_TRUE(s && s->delivery);
+  EXPECT_EQ(s->delivery->path, "vllm>gateway(nginx)>client");
+  ASSERT_FALSE(s->delivery->metrics.stalls.empty());
+  for (const Stall& st : s->delivery->metrics.stalls) EXPECT_EQ(st.cause, StallCause::gateway_buffering) << st.evidence;
+  EXPECT_EQ(s->delivery->ttft_cause, StallCause::gateway_buffering) << s->delivery->ttft_evidence;
+  EXPECT_EQ(*s->delivery->ttft_added_ns, 110 * kMs + kMs + kMs / 10);
+  EXPECT_EQ(s->delivery->max_burst, 12u);
+  EXPECT_TRUE(s->metrics.stalls.empty()) << "the server emitted on time";
+
+  const StreamRecord* g = nullptr;
+  for (const auto& r : out_)
+    if (r.gateway && r.gateway->leg == "downstream") g = &r;
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->gateway->events_matched, 24u);
+  EXPECT_EQ(g->gateway->max_events_per_send, 12u);
+  EXPECT_EQ(*g->gateway->delay_max_ns, 110 * kMs + kMs - kMs / 10);
+  for (const Stall& st : g->metrics.stalls) EXPECT_EQ(st.cause, StallCause::gateway_buffering) << st.evidence;
+}
+
+TEST_F(PathJoinerTest, ARecordWaitsOnlyWhileItsPartnerCanStillCome) {
+  peer_ = PathJoiner::Activity::idle;  // the peer connection is followed but not streaming
+  joiner.add(stream(kServer, 5, [](int i) { return kT0 + i * kMs; }), kT0 + 10 * kMs);
+  joiner.release_due(kT0 + 10 * kMs + config_.path_settle_ns - 1);
+  EXPECT_TRUE(out_.empty());
+  joiner.release_due(kT0 + 10 * kMs + config_.path_settle_ns);
+  ASSERT_EQ(out_.size(), 1u);
+  EXPECT_TRUE(out_[0].peer_stream_id.empty());
+  EXPECT_FALSE(out_[0].delivery) << "no downstream vantage was seen";
+
+  // A peer still streaming (a slow reader) keeps it waiting, up to the cap.
+  out_.clear();
+  peer_ = PathJoiner::Activity::streaming;
+  joiner.add(stream(kServer, 5, [](int i) { return kT0 + i * kMs; }), kT0);
+  joiner.release_due(kT0 + 10 * config_.path_settle_ns);
+  EXPECT_TRUE(out_.empty());
+  joiner.release_due(kT0 + config_.stream_idle_timeout_ns);
+  EXPECT_EQ(out_.size(), 1u);
+}
+
+TEST_F(PathJoinerTest, ASenderWaitsForTheAckOfItsLastEventThenTakesTheAcksAsItsDelivery) {
+  StreamRecord s = stream(kServer, 10, [](int i) { return kT0 + i * 10 * kMs; });
+  s.tcp.signals = true;
+  for (int i = 0; i < 9; ++i) s.timeline[static_cast<std::size_t>(i)].acked_ns = s.timeline[static_cast<std::size_t>(i)].ts_ns + kMs;
+  joiner.add(std::move(s), kT0 + 100 * kMs);
+  EXPECT_TRUE(out_.empty()) << "the last event is not acknowledged yet";
+  itap_path_event ack{};
+  ack.kind = ITAP_EV_PATH;
+  ack.path_kind = ITAP_PATH_ACK;
+  ack.ts_ns = kT0 + 95 * kMs;
+  ack.seq = 5000 + 100 * 10;
+  ack.window = 65535;
+  joiner.on_signal(0x1000 + 1, 1, ack);
+  joiner.release_due(kT0 + 101 * kMs);
+  ASSERT_EQ(out_.size(), 1u);
+  ASSERT_TRUE(out_[0].delivery);
+  EXPECT_EQ(out_[0].delivery->vantage, "acked");
+  EXPECT_EQ(out_[0].delivery->path, "vllm>remote");
+  EXPECT_EQ(out_[0].timeline.back().acked_ns, kT0 + 95 * kMs);
+}
+
+}  // namespace
+}  // namespace infertap::core
