@@ -94,7 +94,7 @@ $(OUT)/integration_tests: $(INTEG_OBJS) $(LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main $(LDLIBS)
 
 $(OUT)/bench_pipeline: $(BENCH_OBJS) $(LIB)
-	$(CXX) $(CXXFLAGS) $^ -o $@ -lbenchmark -lbenchmark_main $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lbenchmark $(LDLIBS)
 
 $(OUT)/fuzz/%: tests/fuzz/%.cpp $(FUZZ_LIB_SRCS) $(SKELS) | $(OUT)/fuzz
 	$(CLANG)++ $(FUZZ_FLAGS) $< $(FUZZ_LIB_SRCS) -o $@ -lsimdjson

@@ -131,6 +131,7 @@ std::vector<daemon::LiveStream> live_streams(const core::Pipeline& pipeline) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  core::keep_freed_heap_for_reuse();
   CLI::App app{"infertapd: kernel-level timing of LLM streaming responses (SSE), no code change needed"};
   std::string config_path;
   daemon::DaemonConfig cfg;

@@ -81,3 +81,11 @@ BENCHMARK(BM_PipelineClientStreams)->Arg(200)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PipelineServerStreamsNoMemo)->Arg(200)->Unit(benchmark::kMillisecond);
 
 }  // namespace
+
+int main(int argc, char** argv) {
+  infertap::core::keep_freed_heap_for_reuse();  // as infertapd runs
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -20,6 +20,7 @@
 #include "daemon/api.h"
 #include "daemon/config.h"
 #include "support/live_test.h"
+#include "support/ndjson.h"
 #include "support/process.h"
 
 namespace infertap {
@@ -30,14 +31,7 @@ using testing::Process;
 using testing::build_dir;
 using namespace std::chrono_literals;
 
-std::vector<json> read_records(const std::string& file) {
-  std::vector<json> out;
-  std::istringstream lines(testing::read_file(file));
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty()) out.push_back(json::parse(line, nullptr, false));
-  }
-  return out;
-}
+using testing::read_ndjson;
 
 class Agent : public testing::LiveTest {
  protected:
@@ -127,11 +121,11 @@ TEST_F(Agent, ProcessNamePatternTimesOnlyTheMatchingProcess) {
   s1->stop(5s);
   s2->stop(5s);
   int others = 0;
-  for (const json& r : read_records(path("records-other.ndjson"))) others += r.value("comm", "") == "other-srv";
+  for (const json& r : read_ndjson(path("records-other.ndjson"))) others += r.value("comm", "") == "other-srv";
   EXPECT_EQ(others, 2) << testing::read_file(path("records-other.ndjson"));
 
   int matching = 0;
-  for (const json& r : read_records(path("records.ndjson"))) {
+  for (const json& r : read_ndjson(path("records.ndjson"))) {
     ASSERT_TRUE(r.is_object());
     EXPECT_EQ(r["comm"], "vllm-fake-srv") << r.dump();
     if (r["comm"] == "vllm-fake-srv" && r["end"] == "complete") ++matching;
@@ -212,7 +206,7 @@ TEST_F(AgentInPod, RecordNamesTheContainerAndPodOfACgroupBelowTheTarget) {
   const auto exit = daemon->stop(10s);
   ASSERT_TRUE(exit && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0) << testing::read_file(path("daemon.log"));
 
-  const std::vector<json> records = read_records(path("records.ndjson"));
+  const std::vector<json> records = read_ndjson(path("records.ndjson"));
   ASSERT_EQ(records.size(), 1u) << "only the server in the pod is targeted (the client is outside it):\n"
                                 << testing::read_file(path("records.ndjson"));
   const json& r = records[0];
@@ -242,7 +236,7 @@ TEST_F(Agent, EveryNdjsonLineValidatesAgainstTheSchema) {
   const auto exit = daemon->stop(10s);
   ASSERT_TRUE(exit && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0) << testing::read_file(path("daemon.log"));
 
-  const std::vector<json> records = read_records(path("records.ndjson"));
+  const std::vector<json> records = read_ndjson(path("records.ndjson"));
   int anthropic = 0, openai = 0, with_stall = 0;
   for (const json& r : records) {
     if (r.value("dialect", "") == "anthropic") ++anthropic;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/live_test.h"
+#include "support/ndjson.h"
 #include "support/process.h"
 
 namespace infertap {
@@ -28,15 +29,7 @@ using namespace std::chrono_literals;
 
 using testing::build_dir;
 
-std::vector<json> read_ndjson(const std::string& path) {
-  std::vector<json> out;
-  std::istringstream in(testing::read_file(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) out.push_back(json::parse(line));
-  }
-  return out;
-}
+using testing::read_ndjson;
 
 // Nearest-rank percentile of absolute values.
 std::int64_t percentile_abs(std::vector<std::int64_t> v, double p) {

@@ -16,6 +16,7 @@
 
 #include "support/gateways.h"
 #include "support/live_test.h"
+#include "support/ndjson.h"
 #include "support/netns.h"
 #include "support/process.h"
 #include "support/sample_peers.h"
@@ -32,15 +33,7 @@ using testing::SampleServer;
 
 constexpr int kStreams = 3;
 
-std::vector<json> read_ndjson(const std::string& path) {
-  std::vector<json> out;
-  std::istringstream in(testing::read_file(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) out.push_back(json::parse(line));
-  }
-  return out;
-}
+using testing::read_ndjson;
 
 std::set<std::string> causes_of(const json& stalls) {
   std::set<std::string> out;
@@ -83,6 +76,29 @@ class PathTest : public testing::LiveTest {
     return read_ndjson(path("records.ndjson"));
   }
 
+  // The sample server on loopback, the agent on its port, then a client run
+  // of kStreams keep-alive requests: the records, by end.
+  struct Run {
+    std::vector<json> servers, clients;
+    ClientRun client;
+  };
+  Run run_direct(const std::vector<std::string>& server_args, std::vector<std::string> client_args) {
+    Run run;
+    SampleServer server(path("server"), server_args);
+    EXPECT_TRUE(server.ok()) << server.error();
+    if (!server.ok()) return run;
+    start_agent({server.port()});
+    client_args.insert(client_args.end(), {"--requests", std::to_string(kStreams)});
+    run.client = testing::run_sample_client(path("client"), server.port(), client_args);
+    EXPECT_EQ(run.client.rc, 0) << run.client.output;
+    const auto records = stop_agent();
+    run.servers = by_comm(records, "sample-server", "server");
+    run.clients = by_comm(records, "sample-client", "client");
+    EXPECT_EQ(run.servers.size(), std::size_t(kStreams));
+    EXPECT_EQ(run.clients.size(), std::size_t(kStreams));
+    return run;
+  }
+
   static std::vector<json> by_comm(const std::vector<json>& records, const std::string& comm,
                                    const std::string& role = "") {
     std::vector<json> out;
@@ -98,17 +114,10 @@ class PathTest : public testing::LiveTest {
 // ---- direct --------------------------------------------------------------------
 
 TEST_F(PathTest, DirectLoopbackBlamesNothingOnThePathAndJoinsBothEnds) {
-  SampleServer server(path("server"), {"--ttft-ms", "20", "--itl-ms", "10"});
-  ASSERT_TRUE(server.ok()) << server.error();
-  start_agent({server.port()});
-  ClientRun c = testing::run_sample_client(path("client"), server.port(),
-                                           {"--tokens", "30", "--requests", std::to_string(kStreams)});
-  ASSERT_EQ(c.rc, 0) << c.output;
-  const auto records = stop_agent();
-  const auto servers = by_comm(records, "sample-server", "server");
-  const auto clients = by_comm(records, "sample-client", "client");
-  ASSERT_EQ(servers.size(), std::size_t(kStreams));
-  ASSERT_EQ(clients.size(), std::size_t(kStreams));
+  const Run run = run_direct({"--ttft-ms", "20", "--itl-ms", "10"}, {"--tokens", "30"});
+  ASSERT_FALSE(HasFailure());
+  const auto& servers = run.servers;
+  const ClientRun& c = run.client;
   std::vector<std::int64_t> read_errors;
   for (const auto& r : servers) {
     const int seq = std::stoi(r["stream_id"].get<std::string>().substr(r["stream_id"].get<std::string>().find('-') + 1));
@@ -147,17 +156,11 @@ TEST_F(PathTest, DirectLoopbackBlamesNothingOnThePathAndJoinsBothEnds) {
 // ---- the server pauses -----------------------------------------------------------
 
 TEST_F(PathTest, ServerPauseIsTheModelsAndNotThePaths) {
-  SampleServer server(path("server"), {"--ttft-ms", "20", "--itl-ms", "10", "--pause-after", "10", "--pause-ms", "300"});
-  ASSERT_TRUE(server.ok()) << server.error();
-  start_agent({server.port()});
-  ClientRun c = testing::run_sample_client(path("client"), server.port(),
-                                           {"--tokens", "30", "--requests", std::to_string(kStreams)});
-  ASSERT_EQ(c.rc, 0) << c.output;
-  const auto records = stop_agent();
-  const auto servers = by_comm(records, "sample-server", "server");
-  const auto clients = by_comm(records, "sample-client", "client");
-  ASSERT_EQ(servers.size(), std::size_t(kStreams));
-  ASSERT_EQ(clients.size(), std::size_t(kStreams));
+  const Run run = run_direct({"--ttft-ms", "20", "--itl-ms", "10", "--pause-after", "10", "--pause-ms", "300"},
+                             {"--tokens", "30"});
+  ASSERT_FALSE(HasFailure());
+  const auto& servers = run.servers;
+  const auto& clients = run.clients;
   for (const auto& r : servers) {
     ASSERT_EQ(r["stalls"].size(), 1u) << describe(r);
     EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"model"}) << describe(r);
@@ -278,19 +281,11 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST_F(PathTest, SlowReaderIsBackpressureAtTheServerAndClientReadAtTheClient) {
   // A small send buffer on the server so that the reader's pause reaches it.
-  SampleServer server(path("server"), {"--ttft-ms", "20", "--itl-ms", "10", "--sndbuf", "4096"});
-  ASSERT_TRUE(server.ok()) << server.error();
-  start_agent({server.port()});
-  ClientRun c = testing::run_sample_client(
-      path("client"), server.port(),
-      {"--tokens", "60", "--requests", std::to_string(kStreams), "--rcvbuf", "4096", "--stall-after", "10",
-       "--stall-ms", "800"});
-  ASSERT_EQ(c.rc, 0) << c.output;
-  const auto records = stop_agent();
-  const auto servers = by_comm(records, "sample-server", "server");
-  const auto clients = by_comm(records, "sample-client", "client");
-  ASSERT_EQ(servers.size(), std::size_t(kStreams));
-  ASSERT_EQ(clients.size(), std::size_t(kStreams));
+  const Run run = run_direct({"--ttft-ms", "20", "--itl-ms", "10", "--sndbuf", "4096"},
+                             {"--tokens", "60", "--rcvbuf", "4096", "--stall-after", "10", "--stall-ms", "800"});
+  ASSERT_FALSE(HasFailure());
+  const auto& servers = run.servers;
+  const auto& clients = run.clients;
   for (const auto& r : servers) {
     EXPECT_FALSE(r["stalls"].empty()) << "the server's sends blocked: " << describe(r);
     EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"backpressure"}) << describe(r);

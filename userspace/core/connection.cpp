@@ -336,6 +336,7 @@ void Connection::start_response(const protocol::ResponseHead& head, TimestampNs 
   r.framing = std::string(framing_name(head.framing));
   r.joined_midstream = head.joined_midstream;
   r.response_head_ns = ts;
+  r.timeline.reserve(64);  // a typical stream's events without regrowing from 1
   ack_cursor_ = 0;
   if (!head.joined_midstream && !requests_.empty()) {
     const PendingRequest& req = requests_.front();

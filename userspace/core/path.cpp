@@ -594,31 +594,39 @@ void PathJoiner::finish_group(const std::vector<Held*>& group) {
   // 1. Every vantage on every event.
   for (Held* h : group) {
     StreamRecord& r = h->rec;
+    const bool acked = r.role == Role::server && r.tcp.signals;
+    if (!h->peer && !h->gw && !acked) continue;  // nothing seen past this socket
+    r.path_times.assign(r.timeline.size(), PathTimes{});
     for (std::size_t i = 0; i < r.timeline.size(); ++i) {
-      TimelineEvent& e = r.timeline[i];
+      const TimelineEvent& e = r.timeline[i];
+      PathTimes& pt = r.path_times[i];
       const int ii = static_cast<int>(i);
+      if (!h->peer && !h->gw) {
+        pt.delivered_ns = e.acked_ns;  // the only hop past this socket
+        continue;
+      }
       if (h->peer) {
         if (const int j = mapped(h->to_peer, ii); j >= 0) {
           const TimelineEvent& o = h->peer->rec.timeline[static_cast<std::size_t>(j)];
-          e.peer_ns = o.ts_ns;
-          if (r.role == Role::server) e.peer_arrived_ns = o.arrived_ns;
+          pt.peer_ns = o.ts_ns;
+          if (r.role == Role::server) pt.peer_arrived_ns = o.arrived_ns;
         }
       }
       if (h->gw) {
         if (const int k = mapped(h->to_gw, ii); k >= 0) {
           const TimestampNs other = h->gw->rec.timeline[static_cast<std::size_t>(k)].ts_ns;
-          if (r.role == Role::client) e.downstream_ns = other;
-          else e.upstream_ns = other;
+          if (r.role == Role::client) pt.downstream_ns = other;
+          else pt.upstream_ns = other;
         }
       }
       const std::vector<Hop> path = hops(h, ii);
-      if (!path.empty() && path.back().kind != HopKind::emit) e.delivered_ns = path.back().ts;
+      if (!path.empty() && path.back().kind != HopKind::emit) pt.delivered_ns = path.back().ts;
     }
     // TCP delivers in order: an event was delivered no later than the next one.
-    for (std::size_t i = r.timeline.size(); i-- > 1;) {
-      TimelineEvent& e = r.timeline[i - 1];
-      const TimestampNs next = r.timeline[i].delivered_ns;
-      if (next && (!e.delivered_ns || e.delivered_ns > next)) e.delivered_ns = next;
+    for (std::size_t i = r.path_times.size(); i-- > 1;) {
+      TimestampNs& mine = r.path_times[i - 1].delivered_ns;
+      const TimestampNs next = r.path_times[i].delivered_ns;
+      if (next && (!mine || mine > next)) mine = next;
     }
     if (h->peer) r.peer_stream_id = stream_id(h->peer->rec);
   }
@@ -667,10 +675,10 @@ void PathJoiner::finish_group(const std::vector<Held*>& group) {
       st.cause = cause;
       st.evidence = std::move(evidence);
     }
-    if (r.role != Role::server || content.empty()) continue;
+    if (r.role != Role::server || content.empty() || r.path_times.empty()) continue;
     std::vector<TimestampNs> delivered;
     for (int i : content) {
-      const TimestampNs t = r.timeline[static_cast<std::size_t>(i)].delivered_ns;
+      const TimestampNs t = r.path_times[static_cast<std::size_t>(i)].delivered_ns;
       if (!t) break;
       delivered.push_back(t);
     }
@@ -688,7 +696,7 @@ void PathJoiner::finish_group(const std::vector<Held*>& group) {
     }
     if (d.vantage == "acked") d.path += ">remote";
     const bool has_request = r.request_end_ns != 0 && !r.joined_midstream;
-    TimestampNs last = r.timeline.back().delivered_ns ? r.timeline.back().delivered_ns : delivered.back();
+    TimestampNs last = r.path_times.back().delivered_ns ? r.path_times.back().delivered_ns : delivered.back();
     d.metrics = metrics_of(delivered, has_request ? r.request_end_ns : 0, last, r.metrics.tokens, config_,
                            content_gaps_observed(r.timeline));
     d.metrics.token_source = r.metrics.token_source;

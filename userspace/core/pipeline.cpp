@@ -1,5 +1,7 @@
 #include "core/pipeline.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -29,6 +31,11 @@ std::string tuple_key(const Endpoint& local, const Endpoint& remote) {
 }
 
 }  // namespace
+
+void keep_freed_heap_for_reuse() {
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  mallopt(M_TOP_PAD, 8 << 20);
+}
 
 Pipeline::Pipeline(PipelineConfig config, RecordSink sink, MuteSocket mute, CgroupLookup cgroup_lookup,
                    CommLookup comm_lookup)

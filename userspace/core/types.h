@@ -77,11 +77,17 @@ struct TimelineEvent {
   // Delivery vantages (0 = not seen). docs/metrics.md#vantages.
   TimestampNs acked_ns = 0;    // sender: the peer's kernel acknowledged the last byte
   TimestampNs arrived_ns = 0;  // receiver: the last byte was queued on this socket
-  TimestampNs peer_ns = 0;     // the other end of this TCP connection, when traced: its read (for a
-                               // sender) or its emit (for a receiver)
+};
+
+// An event's times at the other places of its path (0 = not seen): filled
+// when the record is finished and joined (StreamRecord::path_times). Kept out
+// of TimelineEvent, which every event of every stream pays for.
+struct PathTimes {
+  TimestampNs peer_ns = 0;          // the other end of this TCP connection, when traced: its read (for a
+                                    // sender) or its emit (for a receiver)
   TimestampNs peer_arrived_ns = 0;  // sender: when the traced peer's socket got the last byte
   TimestampNs upstream_ns = 0;      // gateway downstream leg: when the gateway read the event upstream
-  TimestampNs downstream_ns = 0;    // gateway upstream leg / origin: when the gateway emitted it downstream
+  TimestampNs downstream_ns = 0;    // gateway upstream leg: when the gateway wrote it downstream
   TimestampNs delivered_ns = 0;     // end of the traced path: the final client's read, else the last
                                     // hop's ack
 };
@@ -194,6 +200,7 @@ struct StreamRecord {
   std::uint64_t body_bytes = 0;
   StreamMetrics metrics;
   std::vector<TimelineEvent> timeline;  // always kept; rendered only on request
+  std::vector<PathTimes> path_times;    // parallel to timeline; empty when nothing past this socket was seen
   TcpContext tcp;
   std::string peer_stream_id;        // the traced other end of this TCP connection
   std::optional<Delivery> delivery;  // server/gateway records: the client-observed view

@@ -34,10 +34,11 @@ std::optional<DeliveryMetrics> delivery_of(const core::StreamRecord& r) {
   d.itl_p99_ns = m.itl_p99_ns;
   d.longest_pause_ns = m.longest_pause_ns;
   core::TimestampNs first = 0, last = 0;
-  for (const core::TimelineEvent& e : r.timeline) {
-    if (e.kind != protocol::EventKind::content || !e.delivered_ns) continue;
-    if (!first) first = e.delivered_ns;
-    last = e.delivered_ns;
+  for (std::size_t i = 0; i < r.timeline.size() && i < r.path_times.size(); ++i) {
+    const core::TimestampNs t = r.path_times[i].delivered_ns;
+    if (r.timeline[i].kind != protocol::EventKind::content || !t) continue;
+    if (!first) first = t;
+    last = t;
   }
   d.decode_ns = last > first ? last - first : 0;
   for (const core::Stall& s : m.stalls) d.stall_causes[stall_cause_of(s)] += 1;

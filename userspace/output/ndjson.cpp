@@ -64,6 +64,19 @@ json stalls_json(const std::vector<core::Stall>& stalls) {
   return out;
 }
 
+// Streaming rate, inter-token gaps and stalls: the same names at the top
+// level (the record's vantage) and in `delivery` (the delivered times).
+void put_rate_and_gaps(json& j, const core::StreamMetrics& m) {
+  j["tokens_per_s"] = m.tokens_per_s ? json(*m.tokens_per_s) : json(nullptr);
+  put_ms(j, "itl_p50_ms", m.itl_p50_ns);
+  put_ms(j, "itl_p95_ms", m.itl_p95_ns);
+  put_ms(j, "itl_p99_ms", m.itl_p99_ns);
+  put_ms(j, "itl_max_ms", m.itl_max_ns);
+  put_ms(j, "longest_pause_ms", m.longest_pause_ns);
+  j["stall_threshold_ms"] = ms(m.stall_threshold_ns);
+  j["stalls"] = stalls_json(m.stalls);
+}
+
 json tcp_json(const core::TcpContext& t) {
   json j;
   j["signals"] = t.signals;
@@ -87,14 +100,7 @@ json delivery_json(const core::Delivery& d) {
   j["path"] = d.path;
   put_ms(j, "ttft_ms", m.ttft_ns);
   put_ms(j, "e2e_ms", m.e2e_ns);
-  j["tokens_per_s"] = m.tokens_per_s ? json(*m.tokens_per_s) : json(nullptr);
-  put_ms(j, "itl_p50_ms", m.itl_p50_ns);
-  put_ms(j, "itl_p95_ms", m.itl_p95_ns);
-  put_ms(j, "itl_p99_ms", m.itl_p99_ns);
-  put_ms(j, "itl_max_ms", m.itl_max_ns);
-  put_ms(j, "longest_pause_ms", m.longest_pause_ns);
-  j["stall_threshold_ms"] = ms(m.stall_threshold_ns);
-  j["stalls"] = stalls_json(m.stalls);
+  put_rate_and_gaps(j, m);
   put_ms(j, "ttft_added_ms", d.ttft_added_ns);
   put_ms_signed(j, "itl_p99_added_ms", d.itl_p99_added_ns);
   put_ms_signed(j, "longest_pause_added_ms", d.longest_pause_added_ns);
@@ -203,18 +209,7 @@ std::string render_stream(const core::StreamRecord& r, const WallClock& clock, c
   j["token_source"] = m.token_source;
   j["content_events"] = m.content_events;
   j["events"] = m.events;
-  if (m.tokens_per_s) {
-    j["tokens_per_s"] = *m.tokens_per_s;
-  } else {
-    j["tokens_per_s"] = nullptr;
-  }
-  put_ms(j, "itl_p50_ms", m.itl_p50_ns);
-  put_ms(j, "itl_p95_ms", m.itl_p95_ns);
-  put_ms(j, "itl_p99_ms", m.itl_p99_ns);
-  put_ms(j, "itl_max_ms", m.itl_max_ns);
-  put_ms(j, "longest_pause_ms", m.longest_pause_ns);
-  j["stall_threshold_ms"] = ms(m.stall_threshold_ns);
-  j["stalls"] = stalls_json(m.stalls);
+  put_rate_and_gaps(j, m);
   json causes = json::object();
   for (const core::Stall& s : m.stalls) {
     const std::string cause(core::to_string(s.cause));
@@ -238,6 +233,7 @@ std::string render_stream(const core::StreamRecord& r, const WallClock& clock, c
     json timeline = json::array();
     std::uint32_t index = 0;
     for (const core::TimelineEvent& e : r.timeline) {
+      const core::PathTimes pt = index < r.path_times.size() ? r.path_times[index] : core::PathTimes{};
       timeline.push_back(json{{"i", index++},
                               {"ts_ns", e.ts_ns},
                               {"first_byte_ns", e.first_byte_ns},
@@ -250,11 +246,11 @@ std::string render_stream(const core::StreamRecord& r, const WallClock& clock, c
                               {"end_seq", e.end_seq},
                               {"acked_ns", or_null(e.acked_ns)},
                               {"arrived_ns", or_null(e.arrived_ns)},
-                              {"peer_ns", or_null(e.peer_ns)},
-                              {"peer_arrived_ns", or_null(e.peer_arrived_ns)},
-                              {"upstream_ns", or_null(e.upstream_ns)},
-                              {"downstream_ns", or_null(e.downstream_ns)},
-                              {"delivered_ns", or_null(e.delivered_ns)}});
+                              {"peer_ns", or_null(pt.peer_ns)},
+                              {"peer_arrived_ns", or_null(pt.peer_arrived_ns)},
+                              {"upstream_ns", or_null(pt.upstream_ns)},
+                              {"downstream_ns", or_null(pt.downstream_ns)},
+                              {"delivered_ns", or_null(pt.delivered_ns)}});
     }
     j["timeline"] = std::move(timeline);
   }
