@@ -241,11 +241,22 @@ TEST_P(GatewayPath, GatewayDelayIsMeasuredAndBufferingIsNamed) {
       EXPECT_TRUE(r["delivery"]["ttft_cause"].is_null()) << describe(r);
     }
   }
+  for (const auto& r : servers) {
+    const json& d = r["delivery"];
+    std::printf("  %s: server emit TTFT %.1f ms, client TTFT %.1f ms (+%.1f, cause %s), max burst %d, delivery stalls %zu %s\n",
+                gc.name.c_str(), r["ttft_ms"].get<double>(), d["ttft_ms"].get<double>(), d["ttft_added_ms"].get<double>(),
+                d["ttft_cause"].is_null() ? "-" : d["ttft_cause"].get<std::string>().c_str(), d["max_burst"].get<int>(),
+                d["stalls"].size(), d["stalls"].empty() ? "" : d["stalls"][0]["evidence"].get<std::string>().c_str());
+  }
   int downstream_legs = 0;
   for (const auto& r : downstream) {
     ASSERT_TRUE(r["gateway"].is_object()) << describe(r);
     if (r["gateway"]["leg"] != "downstream") continue;
     ++downstream_legs;
+    std::printf("  %s: gateway delay p50 %.2f ms p99 %.2f ms max %.2f ms, %d events matched, %d events in one send at most\n",
+                gc.name.c_str(), r["gateway"]["delay_p50_ms"].get<double>(), r["gateway"]["delay_p99_ms"].get<double>(),
+                r["gateway"]["delay_max_ms"].get<double>(), r["gateway"]["events_matched"].get<int>(),
+                r["gateway"]["max_events_per_send"].get<int>());
     EXPECT_GE(r["gateway"]["events_matched"].get<int>(), 10) << describe(r);
     const auto causes = causes_of(r["stalls"]);
     if (gc.buffers) {
@@ -287,6 +298,11 @@ TEST_F(PathTest, SlowReaderIsBackpressureAtTheServerAndClientReadAtTheClient) {
   const auto& servers = run.servers;
   const auto& clients = run.clients;
   for (const auto& r : servers) {
+    std::printf("  slow reader: server stalls %zu (%s), send blocked %.0f ms, zero window %.0f ms; delivered stalls %zu (%s)\n",
+                r["stalls"].size(), r["stalls"].empty() ? "" : r["stalls"][0]["evidence"].get<std::string>().c_str(),
+                r["tcp"]["send_blocked_ms"].get<double>(), r["tcp"]["zero_window_ms"].get<double>(),
+                r["delivery"]["stalls"].size(),
+                r["delivery"]["stalls"].empty() ? "" : r["delivery"]["stalls"][0]["evidence"].get<std::string>().c_str());
     EXPECT_FALSE(r["stalls"].empty()) << "the server's sends blocked: " << describe(r);
     EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"backpressure"}) << describe(r);
     EXPECT_GT(r["tcp"]["send_blocked_ms"].get<double>() + r["tcp"]["zero_window_ms"].get<double>(), 100.0)
@@ -321,6 +337,13 @@ TEST_F(PathTest, BandwidthBoundStreamIsNotBlamedOnTheModel) {
       ++events;
       if (!e["acked_ns"].is_null()) ++acked;
     }
+    std::printf("  64 kbit/s path: %d of %d events acked; client TTFT +%.0f ms; delivered stalls %zu (%s); srtt max %.1f ms\n",
+                acked, events, r["delivery"].is_object() ? r["delivery"]["ttft_added_ms"].get<double>() : -1.0,
+                r["delivery"].is_object() ? r["delivery"]["stalls"].size() : 0,
+                r["delivery"].is_object() && !r["delivery"]["stalls"].empty()
+                    ? r["delivery"]["stalls"][0]["evidence"].get<std::string>().c_str()
+                    : "",
+                r["tcp"]["srtt_max_ms"].is_null() ? 0.0 : r["tcp"]["srtt_max_ms"].get<double>());
     EXPECT_GE(acked, events * 9 / 10) << "ACK times of the peer across the veth: " << describe(r);
     EXPECT_TRUE(r["stalls"].empty()) << "the server emitted on time: " << describe(r);
     ASSERT_TRUE(r["delivery"].is_object()) << describe(r);
