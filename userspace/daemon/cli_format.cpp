@@ -168,6 +168,17 @@ std::string format_show(const json& r, const FormatOptions& options) {
       << " ms  stalls " << stalls.size() << " (threshold " << fmt_ms(r.value("stall_threshold_ms", json()))
       << " ms)\n";
   if (r.value("joined_midstream", false)) out << "joined mid-stream: times are from the first event seen\n";
+  // The stream as its final client got it (server and gateway records).
+  if (const auto d = r.find("delivery"); d != r.end() && d->is_object()) {
+    const json& dv = *d;
+    out << "client view (" << str(dv, "vantage") << ", " << str(dv, "path") << "): ttft "
+        << fmt_ms(dv.value("ttft_ms", json())) << " ms (+" << fmt_ms(dv.value("ttft_added_ms", json())) << ")  itl p99 "
+        << fmt_ms(dv.value("itl_p99_ms", json())) << "  max " << fmt_ms(dv.value("itl_max_ms", json()))
+        << " ms  burst " << num(dv, "max_burst") << "  stalls " << dv.value("stalls", json::array()).size() << "\n";
+    if (dv.value("degraded_by_path", false)) out << "degraded by the path: " << str(dv, "degraded_reason") << "\n";
+    if (!dv.value("ttft_cause", json()).is_null())
+      out << "first token waited: " << str(dv, "ttft_cause") << " - " << str(dv, "ttft_evidence") << "\n";
+  }
 
   const auto tl_it = r.find("timeline");
   if (tl_it == r.end() || !tl_it->is_array()) {
@@ -197,6 +208,7 @@ std::string format_show(const json& r, const FormatOptions& options) {
   // Stalls: after_event indexes token (content) events; the marker goes on
   // the token event that ended the gap.
   std::map<std::size_t, double> stall_at;
+  std::map<std::size_t, std::string> stall_why;  // cause - evidence
   std::vector<std::size_t> content_index;
   for (std::size_t i = 0; i < timeline.size(); ++i) {
     if (str(timeline[i], "kind") == "content") content_index.push_back(i);
@@ -213,7 +225,10 @@ std::string format_show(const json& r, const FormatOptions& options) {
       }
     }
     if (!at && after + 1 < content_index.size()) at = content_index[after + 1];
-    if (at) stall_at[*at] = gap_ms;
+    if (at) {
+      stall_at[*at] = gap_ms;
+      if (!str(s, "cause").empty()) stall_why[*at] = str(s, "cause") + " - " + str(s, "evidence");
+    }
   }
 
   std::vector<double> inter(gap.begin() + 1, gap.end());
@@ -224,15 +239,45 @@ std::string format_show(const json& r, const FormatOptions& options) {
   // Where each stall is, so it can be found in a long table (and in `less`: /stall).
   for (const auto& [at, gap_ms] : stall_at) {
     out << (options.unicode ? "▶ stall " : "> stall ") << fixed(gap_ms, 0) << " ms before event " << at << " (+"
-        << fixed(plus[at], 1) << " ms)\n";
+        << fixed(plus[at], 1) << " ms)";
+    if (auto why = stall_why.find(at); why != stall_why.end()) out << ": " << why->second;
+    out << "\n";
   }
   out << "\n";
 
-  // Columns: i, kind, +ms, gap ms, bytes, batch, bar.
+  // Other vantages of each event, when seen: the peer's ACK, and the end of
+  // the path (the final client's read) or the traced peer's side.
+  const auto at_ms = [&](const json& e, const char* key) -> std::string {
+    const json v = e.value(key, json());
+    if (!v.is_number()) return "-";
+    return fixed((v.get<double>() - static_cast<double>(origin)) / 1e6, 1);
+  };
+  bool show_acked = false, show_client = false;
+  for (const json& e : timeline) {
+    show_acked |= e.value("acked_ns", json()).is_number();
+    show_client |= e.value("delivered_ns", json()).is_number() || e.value("peer_ns", json()).is_number();
+  }
+  const char* client_key = str(r, "role") == "client" ? "peer_ns" : "delivered_ns";
+  const std::string client_title = str(r, "role") == "client" ? "+emit" : "+client";
+  const auto extra = [&](const json* e) {
+    std::string cols;
+    char buf[32];
+    if (show_acked) {
+      std::snprintf(buf, sizeof buf, "%9s ", e ? at_ms(*e, "acked_ns").c_str() : "+acked");
+      cols += buf;
+    }
+    if (show_client) {
+      std::snprintf(buf, sizeof buf, "%9s ", e ? at_ms(*e, client_key).c_str() : client_title.c_str());
+      cols += buf;
+    }
+    return cols;
+  };
+
+  // Columns: i, kind, +ms, [+acked, +client,] gap ms, bytes, batch, bar.
   const std::string plus_title = "+" + vantage + " ms";
-  char row[160];
-  std::snprintf(row, sizeof row, "%4s %-10s %9s %7s %5s %5s  ", "i", "kind", plus_title.c_str(), "gap ms", "bytes",
-                "batch");
+  char row[200];
+  std::snprintf(row, sizeof row, "%4s %-10s %9s %s%7s %5s %5s  ", "i", "kind", plus_title.c_str(),
+                extra(nullptr).c_str(), "gap ms", "bytes", "batch");
   const std::size_t prefix = std::string(row).size();
   std::size_t marker_room = 0;  // " ◀ stall N ms" after the bar
   for (const auto& [at, gap_ms] : stall_at) marker_room = std::max(marker_room, 12 + fixed(gap_ms, 0).size());
@@ -248,8 +293,9 @@ std::string format_show(const json& r, const FormatOptions& options) {
     std::string kind = str(e, "kind");
     if (e.value("truncated", false)) kind += "~";
     const std::string gap_text = has_gap[i] ? fixed(gap[i], 1) : "-";
-    std::snprintf(row, sizeof row, "%4s %-10s %9s %7s %5s %5s  ", num(e, "i").c_str(), kind.c_str(),
-                  fixed(plus[i], 1).c_str(), gap_text.c_str(), num(e, "bytes").c_str(), num(e, "batch").c_str());
+    std::snprintf(row, sizeof row, "%4s %-10s %9s %s%7s %5s %5s  ", num(e, "i").c_str(), kind.c_str(),
+                  fixed(plus[i], 1).c_str(), extra(&e).c_str(), gap_text.c_str(), num(e, "bytes").c_str(),
+                  num(e, "batch").c_str());
     std::string line = row;
     if (has_gap[i] && max_gap > 0) line += bar(gap[i] / max_gap * static_cast<double>(bar_room), options.unicode);
     if (auto it = stall_at.find(i); it != stall_at.end()) {
