@@ -659,7 +659,7 @@ void PathJoiner::finish_group(const std::vector<Held*>& group) {
     for (const auto& [t, n] : per_send) g.max_events_per_send = std::max(g.max_events_per_send, n);
     for (const TimelineEvent& e : down->rec.timeline)
       g.max_events_per_send = std::max(g.max_events_per_send, e.events_in_syscall);
-    r.gateway = std::move(g);
+    r.gateway = std::make_shared<const GatewayLeg>(std::move(g));
   }
 
   // 3. Causes of each record's own stalls, and the client-observed view.
@@ -740,7 +740,7 @@ void PathJoiner::finish_group(const std::vector<Held*>& group) {
       }
       d.degraded_reason = why;
     }
-    r.delivery = std::move(d);
+    r.delivery = std::make_shared<const Delivery>(std::move(d));
   }
 }
 

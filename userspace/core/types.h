@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -203,8 +204,10 @@ struct StreamRecord {
   std::vector<PathTimes> path_times;    // parallel to timeline; empty when nothing past this socket was seen
   TcpContext tcp;
   std::string peer_stream_id;        // the traced other end of this TCP connection
-  std::optional<Delivery> delivery;  // server/gateway records: the client-observed view
-  std::optional<GatewayLeg> gateway;
+  // Set once, when the record is joined; shared (not inline) because every
+  // stream in flight carries a StreamRecord and few have these.
+  std::shared_ptr<const Delivery> delivery;  // server/gateway records: the client-observed view
+  std::shared_ptr<const GatewayLeg> gateway;
 };
 
 // "<connection generation>-<response index>": unique per agent run.
