@@ -76,6 +76,7 @@ bool Connection::decide_role(const capture::IoEvent& event) {
   }
   // Requests flow client -> server.
   role_ = (requests_here == send) ? Role::client : Role::server;
+  pipeline_.role_decided(identity_.pid, role_);
   using Mode = protocol::HttpParser::Mode;
   Direction& req_dir = role_ == Role::client ? outbound_ : inbound_;
   Direction& resp_dir = role_ == Role::client ? inbound_ : outbound_;
@@ -336,6 +337,9 @@ void Connection::start_response(const protocol::ResponseHead& head, TimestampNs 
   r.framing = std::string(framing_name(head.framing));
   r.joined_midstream = head.joined_midstream;
   r.response_head_ns = ts;
+  // Only a process that is on both ends of streams can be a gateway: by now
+  // it has its other leg (a gateway answers after its upstream does).
+  resp.hash_events = pipeline_.process_has_other_role(identity_.pid, role_);
   r.timeline.reserve(64);  // a typical stream's events without regrowing from 1
   ack_cursor_ = 0;
   if (!head.joined_midstream && !requests_.empty()) {
@@ -380,7 +384,7 @@ void Connection::on_sse_event(const protocol::SseEvent& e) {
       t.end_seq = current_->h().seq_end;
     }
     if (role_ == Role::client && t.end_seq) t.arrived_ns = arrival_for(t.end_seq);
-    if (!e.truncated && !e.data.empty()) t.data_hash = std::hash<std::string_view>{}(e.data) | 1;
+    if (resp.hash_events && !e.truncated && !e.data.empty()) t.data_hash = std::hash<std::string_view>{}(e.data) | 1;
     r.timeline.push_back(t);
   }
   if (e.truncated) ++r.truncated_events;

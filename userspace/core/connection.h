@@ -94,6 +94,7 @@ class Connection {
     protocol::StreamEventInterpreter interpreter;
     std::optional<std::uint64_t> usage_completion_tokens;
     bool saw_done = false;
+    bool hash_events = false;  // the process may be a gateway: hash events to find them on its other leg
   };
 
   bool decide_role(const capture::IoEvent& event);

@@ -152,11 +152,29 @@ void Pipeline::close_connection(std::uint64_t sock_id, TimestampNs now, StreamEn
   const ConnIdentity& id = conn->identity();
   if (auto t = by_tuple_.find(tuple_key(id.local, id.remote)); t != by_tuple_.end() && t->second == conn.get())
     by_tuple_.erase(t);
+  if (conn->role() != Role::unknown) {
+    if (auto r = roles_by_pid_.find(id.pid); r != roles_by_pid_.end()) {
+      auto& n = r->second[static_cast<std::size_t>(conn->role())];
+      if (n > 0) --n;
+      if (r->second == std::array<std::uint32_t, 3>{}) roles_by_pid_.erase(r);
+    }
+  }
   if (auto p = by_pid_.find(id.pid); p != by_pid_.end()) {
     std::erase(p->second, conn.get());
     if (p->second.empty()) by_pid_.erase(p);
   }
   path_.on_closed(sock_id, id.generation, now);
+}
+
+void Pipeline::role_decided(std::uint32_t pid, Role role) { ++roles_by_pid_[pid][static_cast<std::size_t>(role)]; }
+
+bool Pipeline::process_has_other_role(std::uint32_t pid, Role role) const {
+  auto it = roles_by_pid_.find(pid);
+  if (it == roles_by_pid_.end()) return false;
+  for (std::size_t r = 1; r < it->second.size(); ++r) {
+    if (r != static_cast<std::size_t>(role) && it->second[r] > 0) return true;
+  }
+  return false;
 }
 
 PathJoiner::Activity Pipeline::peer_activity(const Endpoint& local, const Endpoint& remote) const {

@@ -80,6 +80,10 @@ class Pipeline {
 
   // Used by Connection.
   void emit(StreamRecord&& record);
+  void role_decided(std::uint32_t pid, Role role);
+  // Does process `pid` follow connections in a role other than `role`? (it
+  // may be a gateway: its events are hashed to find them on its other leg)
+  bool process_has_other_role(std::uint32_t pid, Role role) const;
   PipelineCounters& mutable_counters() { return counters_; }
   void mute(std::uint64_t sock_id);
 
@@ -102,6 +106,7 @@ class Pipeline {
   // Who is followed, for the path joiner: connections by 4-tuple, roles by process.
   std::unordered_map<std::string, Connection*> by_tuple_;
   std::unordered_map<std::uint32_t, std::vector<Connection*>> by_pid_;
+  std::unordered_map<std::uint32_t, std::array<std::uint32_t, 3>> roles_by_pid_;  // connections per Role
   PathJoiner::Activity peer_activity(const Endpoint& local, const Endpoint& remote) const;
   PathJoiner::Activity gateway_partner_active(const StreamRecord& record) const;
   PathJoiner path_;
