@@ -4,7 +4,7 @@
 #  2. send-path overhead on traced and untraced processes, agent off vs on,
 #     measured side by side: runs alternate off/on so drift hits both alike;
 #  3. the sample server at a high chunk rate, agent off vs on.
-# Needs root. REPS=3 alternations per case by default.
+# Needs root. REPS=3 alternations per case by default; SECTIONS="1 3" runs only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench.sh: needs root (loads BPF programs)" >&2; exit 1; }
@@ -13,12 +13,10 @@ make -j"$(nproc)" build/infertapd build/send-loop build/sample-server build/samp
 
 REPS=${REPS:-3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-1}
+SECTIONS=${SECTIONS:-1 2 3 4 5}
+want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
-
-echo "== 1. userspace pipeline throughput (events/s, one core)"
-build/bench_pipeline --benchmark_min_time=0.5 --benchmark_repetitions=5 --benchmark_report_aggregates_only=true 2>/dev/null |
-  awk '/_median/ {for (i=1;i<=NF;i++) if ($i ~ /items_per_second/) print "   ", $1, $i}'
 
 agent_pid=
 agent_on() {  # $1 = attach method, then extra infertapd flags
@@ -50,11 +48,20 @@ send_case() {
       l, o, k, k/o, 1e9/k - 1e9/o, t/o, 1e9/t - 1e9/o, r/o, 1e9/r - 1e9/o }'
 }
 
+if want 1; then
+echo "== 1. userspace pipeline throughput (events/s, one core)"
+build/bench_pipeline --benchmark_min_time=0.5 --benchmark_repetitions=5 --benchmark_report_aggregates_only=true 2>/dev/null |
+  awk '/_median/ {for (i=1;i<=NF;i++) if ($i ~ /items_per_second/) print "   ", $1, $i}'
+
+fi
+if want 2; then
 echo "== 2. send path, agent off vs on (median of $REPS alternations, ${SECONDS_PER_RUN}s each)"
 send_case "traced: SSE over loopback TCP"   --payload sse --size 256
 send_case "untraced: binary TCP (muted)"     --payload binary --size 256
 send_case "untraced: writes to /dev/null"    --mode file --size 256
 
+fi
+if want 3; then
 echo "== 3. sample server at a high chunk rate: 40 streams x 1 ms ITL (40k events/s per side), agent off vs on"
 # Delivered rate (content events/s at the clients) and the server's own CPU per
 # event (utime+stime from /proc): the in-kernel cost the traced server pays.
@@ -103,6 +110,8 @@ for variant in "sock:every process traced (server and client)" "srv:server trace
       l, o, k, k/o, oc, kc, kc-oc }'
 done
 
+fi
+if want 4; then
 echo "== 4. in-kernel cost per call (kernel.bpf_stats_enabled: program run time / run count), default set"
 prog_cost() {  # $1 = label; rest = send-loop args
   local label=$1; shift
@@ -118,5 +127,8 @@ prog_cost "traced: SSE over loopback TCP" --payload sse --size 256
 prog_cost "untraced: binary TCP (muted)" --payload binary --size 256
 sysctl -qw kernel.bpf_stats_enabled="$stats_before"
 
+fi
+if want 5; then
 echo "== 5. memory under load: 10 000 short connections, then 1 000 concurrent streams (scripts/bench_memory.sh)"
 scripts/bench_memory.sh | sed 's/^/    /'
+fi
