@@ -211,13 +211,7 @@ void Connection::close_zero_window(TimestampNs ts, TcpContext* tcp) {
 void Connection::on_path(const capture::PathSignal& signal) {
   const itap_path_event& p = signal.h();
   StreamRecord* r = response_ && response_->is_stream ? &response_->record : nullptr;
-  if (r) {
-    r->tcp.signals = true;
-    if (p.srtt_us) {
-      r->tcp.srtt_us = p.srtt_us;
-      r->tcp.srtt_max_us = std::max(r->tcp.srtt_max_us, p.srtt_us);
-    }
-  }
+  if (r) note_path_signal(r->tcp, p);
   switch (p.path_kind) {
     case ITAP_PATH_ACK:
       if (p.window == 0) {
@@ -239,16 +233,7 @@ void Connection::on_path(const capture::PathSignal& signal) {
       if (arrivals_.size() >= 4096) arrivals_.pop_front();
       arrivals_.emplace_back(p.seq, p.ts_ns);
       break;
-    case ITAP_PATH_RETRANSMIT:
-      if (r) {
-        ++r->tcp.retransmits;
-        if (r->tcp.retransmit_ns.size() < TcpContext::kMaxEvidence) r->tcp.retransmit_ns.push_back(p.ts_ns);
-      }
-      break;
-    case ITAP_PATH_BUF_LIMIT:
-      if (r) ++r->tcp.buf_limit;
-      break;
-    default: break;
+    default: break;  // retransmissions, memory limits: noted above
   }
 }
 

@@ -122,6 +122,20 @@ std::size_t count_in(const std::vector<TimestampNs>& times, TimestampNs a, Times
 
 }  // namespace
 
+void note_path_signal(TcpContext& tcp, const itap_path_event& p) {
+  tcp.signals = true;
+  if (p.srtt_us) {
+    tcp.srtt_us = p.srtt_us;
+    tcp.srtt_max_us = std::max(tcp.srtt_max_us, p.srtt_us);
+  }
+  if (p.path_kind == ITAP_PATH_RETRANSMIT) {
+    ++tcp.retransmits;
+    if (tcp.retransmit_ns.size() < TcpContext::kMaxEvidence) tcp.retransmit_ns.push_back(p.ts_ns);
+  } else if (p.path_kind == ITAP_PATH_BUF_LIMIT) {
+    ++tcp.buf_limit;
+  }
+}
+
 PathJoiner::PathJoiner(const PipelineConfig& config, Release release, PeerActivity peer_activity,
                        GatewayPartnerActive gateway_partner_active)
     : config_(config),
@@ -253,15 +267,7 @@ void PathJoiner::on_signal(std::uint64_t sock_id, std::uint64_t generation, cons
   for (Held& h : held_) {
     if (h.rec.conn.sock_id != sock_id || h.rec.conn.generation != generation) continue;
     TcpContext& tcp = h.rec.tcp;
-    tcp.signals = true;
-    if (p.srtt_us) {
-      tcp.srtt_us = p.srtt_us;
-      tcp.srtt_max_us = std::max(tcp.srtt_max_us, p.srtt_us);
-    }
-    if (p.path_kind == ITAP_PATH_RETRANSMIT) {
-      ++tcp.retransmits;
-      if (tcp.retransmit_ns.size() < TcpContext::kMaxEvidence) tcp.retransmit_ns.push_back(p.ts_ns);
-    }
+    note_path_signal(tcp, p);
     if (p.path_kind != ITAP_PATH_ACK || h.rec.role != Role::server) continue;
     for (TimelineEvent& e : h.rec.timeline) {
       if (!e.acked_ns && e.end_seq && seq_leq(e.end_seq, p.seq)) e.acked_ns = p.ts_ns;

@@ -27,6 +27,11 @@
 
 namespace infertap::core {
 
+// What a delivery signal tells every record of its socket alike: that signals
+// are seen, the RTT, retransmissions, memory-limit hits. (ACK positions and
+// window episodes depend on where the record is: see their callers.)
+void note_path_signal(TcpContext& tcp, const itap_path_event& signal);
+
 class PathJoiner {
  public:
   using Release = std::function<void(StreamRecord&&)>;
