@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/live_test.h"
+#include "support/ndjson.h"
 #include "support/process.h"
 
 namespace infertap {
@@ -44,12 +45,9 @@ std::uint64_t monotonic_ns() {
 // The records of one type; alerts are also echoed to the test log.
 std::vector<json> lines_of_type(const std::string& file, const std::string& type) {
   std::vector<json> out;
-  std::istringstream in(testing::read_file(file));
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    json j = json::parse(line, nullptr, false);
+  for (json& j : testing::read_ndjson(file)) {
     if (j.is_object() && j.value("type", "") == type) {
-      if (type == "alert") std::fprintf(stderr, "%s\n", line.c_str());
+      if (type == "alert") std::fprintf(stderr, "%s\n", j.dump().c_str());
       out.push_back(std::move(j));
     }
   }
