@@ -341,9 +341,9 @@ int main(int argc, char** argv) {
       config.pipeline,
       [&](core::StreamRecord&& record) {
         sink->offer(output::render_stream(record, clock, render));
-        store.add(record);
         metrics.observe(record);
         degradation.observe(record);
+        store.add(std::move(record));  // last: the store keeps it
       },
       [cap](std::uint64_t sock_id) { cap->mute(sock_id); }, read_cgroup_path, read_comm);
 

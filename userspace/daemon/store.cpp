@@ -212,38 +212,37 @@ RecordStore::~RecordStore() {
   }
 }
 
+std::size_t timeline_memory_bytes(const core::StreamRecord& r) {
+  return sizeof(core::StreamRecord) + r.timeline.capacity() * sizeof(core::TimelineEvent) +
+         r.path_times.capacity() * sizeof(core::PathTimes) + r.metrics.stalls.capacity() * sizeof(core::Stall);
+}
+
 void RecordStore::add(const core::StreamRecord& record) {
-  // Render outside the lock. The timeline is the last member of the rendered
-  // object: split it off so lists carry summaries and `show` the timeline.
+  add_shared(std::make_shared<const core::StreamRecord>(record));
+}
+
+void RecordStore::add(core::StreamRecord&& record) {
+  add_shared(std::make_shared<const core::StreamRecord>(std::move(record)));
+}
+
+void RecordStore::add_shared(std::shared_ptr<const core::StreamRecord> record) {
+  // The summary line is rendered now (lists, stats and watchers read it);
+  // the timeline only on request.
   output::RenderOptions render;
-  render.timeline = true;
+  render.timeline = false;
   render.host = options_.host;
-  std::string full = output::render_stream(record, options_.clock, render);
-  static constexpr std::string_view kKey = ",\"timeline\":";
-  auto line = std::make_shared<std::string>();
-  std::shared_ptr<const std::string> timeline;
-  const std::size_t at = full.rfind(kKey);
-  if (at != std::string::npos && full.back() == '}') {
-    const std::size_t tl_begin = at + kKey.size();
-    const std::size_t tl_size = full.size() - 1 - tl_begin;
-    if (tl_size <= options_.max_record_timeline_bytes) {
-      timeline = std::make_shared<const std::string>(full, tl_begin, tl_size);
-    }
-    full.resize(at);
-    full.push_back('}');
-  }
-  *line = std::move(full);
-  std::shared_ptr<const std::string> shared_line = std::move(line);
-  const bool timeline_dropped_at_add = !timeline && !record.timeline.empty();
-  Entry entry{summarize(record), shared_line, timeline};
+  auto shared_line = std::make_shared<const std::string>(output::render_stream(*record, options_.clock, render));
+  const std::size_t bytes = timeline_memory_bytes(*record);
+  const bool keep = bytes <= options_.max_record_timeline_bytes;
+  Entry entry{summarize(*record), shared_line, keep ? record : nullptr, keep ? bytes : 0};
 
   std::lock_guard lock(mu_);
   ++counters_.added;
-  if (timeline_dropped_at_add) ++counters_.timelines_dropped;
-  if (timeline) counters_.timeline_bytes += timeline->size();
+  if (!keep) ++counters_.timelines_dropped;
+  counters_.timeline_bytes += entry.timeline_bytes;
   entries_.push_back(std::move(entry));
   while (entries_.size() > options_.capacity) {
-    if (entries_.front().timeline) counters_.timeline_bytes -= entries_.front().timeline->size();
+    counters_.timeline_bytes -= entries_.front().timeline_bytes;
     entries_.pop_front();
     ++counters_.evicted;
   }
@@ -259,13 +258,10 @@ void RecordStore::add(const core::StreamRecord& record) {
     }
     ++live_subs;
     Subscription::Line out = shared_line;
-    if (sub->wants_timeline() && timeline) {
+    if (sub->wants_timeline() && keep) {
       if (!with_timeline) {
-        std::string joined(*shared_line, 0, shared_line->size() - 1);
-        joined += kKey;
-        joined += *timeline;
-        joined.push_back('}');
-        with_timeline = std::make_shared<const std::string>(std::move(joined));
+        render.timeline = true;
+        with_timeline = std::make_shared<const std::string>(output::render_stream(*record, options_.clock, render));
       }
       out = with_timeline;
     }
@@ -278,9 +274,10 @@ void RecordStore::add(const core::StreamRecord& record) {
 void RecordStore::trim_timelines_locked() {
   for (Entry& e : entries_) {
     if (counters_.timeline_bytes <= options_.timeline_budget_bytes) break;
-    if (e.timeline) {
-      counters_.timeline_bytes -= e.timeline->size();
-      e.timeline.reset();
+    if (e.record) {
+      counters_.timeline_bytes -= e.timeline_bytes;
+      e.record.reset();
+      e.timeline_bytes = 0;
       ++counters_.timelines_dropped;
     }
   }
@@ -311,29 +308,29 @@ std::string RecordStore::recent_json(std::size_t limit) const {
 }
 
 std::optional<RecordStore::Found> RecordStore::find(std::string_view id) const {
-  std::shared_ptr<const std::string> line, timeline;
+  std::shared_ptr<const std::string> line;
+  std::shared_ptr<const core::StreamRecord> record;
   {
     std::lock_guard lock(mu_);
     for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
       if (it->summary.id == id) {
         line = it->line;
-        timeline = it->timeline;
+        record = it->record;
         break;
       }
     }
   }
   if (!line) return std::nullopt;
   Found found;
-  found.timeline_kept = timeline != nullptr;
-  if (!timeline) {
+  found.timeline_kept = record != nullptr;
+  if (!record) {
     found.line = *line;
     return found;
   }
-  found.line.reserve(line->size() + timeline->size() + 16);
-  found.line.append(*line, 0, line->size() - 1);
-  found.line += ",\"timeline\":";
-  found.line += *timeline;
-  found.line.push_back('}');
+  output::RenderOptions render;
+  render.timeline = true;
+  render.host = options_.host;
+  found.line = output::render_stream(*record, options_.clock, render);  // outside the lock
   return found;
 }
 

@@ -4,13 +4,16 @@
 //
 // Memory bound. Each kept record is held as its rendered NDJSON summary line
 // (output::render_stream without the timeline, ~1.5 KiB) plus a small numeric
-// summary for the aggregates; its timeline is held separately as rendered JSON
-// text while the sum of kept timelines stays under
-// StoreOptions::timeline_budget_bytes (oldest timelines are dropped first; a
-// single timeline above max_record_timeline_bytes is never kept). So the store
-// holds at most  capacity x ~2 KiB  +  timeline_budget_bytes  (defaults:
-// 2000 records, ~4 MiB + 64 MiB), plus subscriber queues (queue length x one
-// shared line each; lines are shared, not copied, between subscribers).
+// summary for the aggregates. Its timeline is kept as the record itself and
+// rendered only when asked for (`show`, a timeline watcher): rendering every
+// finished timeline as JSON cost the agent more CPU than capturing the
+// events did. Timelines are kept while the sum of their in-memory sizes
+// (timeline_memory_bytes) stays under StoreOptions::timeline_budget_bytes
+// (oldest dropped first; a single timeline above max_record_timeline_bytes is
+// never kept). So the store holds at most  capacity x ~2 KiB  +
+// timeline_budget_bytes  (defaults: 2000 records, ~4 MiB + 64 MiB), plus
+// subscriber queues (queue length x one shared line each; lines are shared,
+// not copied, between subscribers).
 //
 // Thread-safe: add()/set_live() are called by the pipeline thread, the queries
 // by API connection threads. add() never waits on a subscriber: a full
@@ -142,8 +145,10 @@ class RecordStore {
   RecordStore(const RecordStore&) = delete;
   RecordStore& operator=(const RecordStore&) = delete;
 
-  // Renders and keeps one finished record; fans it out to subscribers.
+  // Keeps one finished record (its summary rendered now, its timeline when
+  // asked for); fans it out to subscribers.
   void add(const core::StreamRecord& record);
+  void add(core::StreamRecord&& record);
   // Replaces the set of in-flight streams.
   void set_live(std::vector<LiveStream> live);
 
@@ -178,9 +183,11 @@ class RecordStore {
  private:
   struct Entry {
     RecordSummary summary;
-    std::shared_ptr<const std::string> line;      // summary line
-    std::shared_ptr<const std::string> timeline;  // JSON array text; null when not kept
+    std::shared_ptr<const std::string> line;          // summary line
+    std::shared_ptr<const core::StreamRecord> record;  // for its timeline; null when not kept
+    std::size_t timeline_bytes = 0;                    // timeline_memory_bytes(*record) while kept
   };
+  void add_shared(std::shared_ptr<const core::StreamRecord> record);
   void trim_timelines_locked();
 
   StoreOptions options_;
@@ -190,6 +197,10 @@ class RecordStore {
   std::vector<std::weak_ptr<Subscription>> subscribers_;
   StoreCounters counters_;
 };
+
+// What keeping a record for its timeline costs in memory: the record and its
+// per-event arrays (an estimate that ignores small strings).
+std::size_t timeline_memory_bytes(const core::StreamRecord& record);
 
 // Nearest-rank percentile (docs/metrics.md) of `values`; nullopt when empty. Sorts in place.
 std::optional<double> percentile_of(std::vector<double>& values, double p);
