@@ -643,6 +643,16 @@ static __always_inline int emit_io(struct itap_args a, long ret, __u64 ts, __u64
 		e->seq_end = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
 	else
 		e->seq_end = BPF_CORE_READ((struct tcp_sock *)sk, copied_seq);
+	if (!send && conn && conn->arr_ns && conn->arr_taken_seq != conn->arr_seq) {
+		/*
+		 * The newest arrival rides on this read (itap_path.bpf.h). Not atomic
+		 * against an arrival on another CPU: at worst that arrival is also
+		 * sent alone, a duplicate userspace ignores; none is lost.
+		 */
+		e->arrived_seq = conn->arr_seq;
+		e->arrived_ns = conn->arr_ns;
+		conn->arr_taken_seq = e->arrived_seq;
+	}
 	if (send && ret > 0 && conn) {
 		/* the ACK program reports acks up to here (itap_path.bpf.h) */
 		if (!conn->sent) {

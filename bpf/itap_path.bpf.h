@@ -6,14 +6,16 @@
  *   tcp_probe             an incoming segment on an established socket: its ACK
  *                         tells when the peer's kernel had our bytes (`acked`)
  *                         and its window whether the peer stopped draining
- *   sk_data_ready         bytes queued on a receiving socket (`arrived`)
+ *   sk_data_ready         bytes queued on a receiving socket (`arrived`), carried
+ *                         on the next read unless the reader is behind
  *   tcp_retransmit_skb    the path lost a segment
  *   sock_exceed_buf_limit the socket hit the protocol's memory limit
  *
  * These fire for every TCP socket on the host, in softirq context. A socket the
  * agent does not follow costs one map lookup; a followed one emits only when
  * something changed (the ACK moved over data we sent, the window closed or
- * opened, new bytes arrived), so the event rate is bounded by the send rate.
+ * opened, new bytes arrived while earlier ones were unread), so the event rate
+ * is bounded by the send rate.
  * All are raw tracepoints: no tracefs, no perf-buffer marshalling.
  */
 #ifndef ITAP_PATH_BPF_H
@@ -28,8 +30,8 @@ static __always_inline struct itap_conn *followed_conn(__u64 skey)
 	return conn;
 }
 
-static __always_inline void emit_path(__u64 skey, struct sock *sk, __u8 path_kind, __u32 seq, __u32 window,
-				      __u64 value)
+static __always_inline void emit_path_at(__u64 skey, struct sock *sk, __u8 path_kind, __u32 seq, __u32 window,
+					 __u64 value, __u64 ts)
 {
 	struct itap_path_event *e = bpf_ringbuf_reserve(&itap_rb, sizeof(*e), 0);
 
@@ -38,7 +40,7 @@ static __always_inline void emit_path(__u64 skey, struct sock *sk, __u8 path_kin
 		return;
 	}
 	__builtin_memset(e, 0, sizeof(*e));
-	e->ts_ns = bpf_ktime_get_ns();
+	e->ts_ns = ts;
 	e->sock_id = skey;
 	e->kind = ITAP_EV_PATH;
 	e->path_kind = path_kind;
@@ -48,6 +50,12 @@ static __always_inline void emit_path(__u64 skey, struct sock *sk, __u8 path_kin
 	e->srtt_us = BPF_CORE_READ((struct tcp_sock *)sk, srtt_us) >> 3;
 	bpf_ringbuf_submit(e, rb_flags());
 	stat_inc(ITAP_STAT_EVENTS);
+}
+
+static __always_inline void emit_path(__u64 skey, struct sock *sk, __u8 path_kind, __u32 seq, __u32 window,
+				      __u64 value)
+{
+	emit_path_at(skey, sk, path_kind, seq, window, value, bpf_ktime_get_ns());
 }
 
 /*
@@ -103,7 +111,16 @@ int itap_data_ready(struct bpf_raw_tracepoint_args *ctx)
 	if (rcv_nxt == conn->rcv_seen)
 		return 0;
 	conn->rcv_seen = rcv_nxt;
-	emit_path(skey, sk, ITAP_PATH_ARRIVED, rcv_nxt, 0, 0);
+	/*
+	 * The next read carries this arrival (itap_event.arrived_ns): a reader
+	 * that keeps up costs no ring record here. Only when the previous
+	 * arrival is still unread (the reader is behind) does it go out alone,
+	 * so every arrival is reported, in order.
+	 */
+	if (conn->arr_ns && conn->arr_taken_seq != conn->arr_seq)
+		emit_path_at(skey, sk, ITAP_PATH_ARRIVED, conn->arr_seq, 0, 0, conn->arr_ns);
+	conn->arr_seq = rcv_nxt;
+	conn->arr_ns = bpf_ktime_get_ns();
 	return 0;
 }
 

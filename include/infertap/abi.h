@@ -143,6 +143,16 @@ struct itap_event {
 	__u8 new_state;
 	__u16 reserved;
 	char comm[ITAP_COMM_LEN];
+	/*
+	 * Receive events only: an arrival (sk_data_ready) not reported before,
+	 * carried on the read that follows it instead of its own ITAP_PATH_ARRIVED
+	 * event. A reader that keeps up gets every arrival this way, at no ring
+	 * record of its own; only an arrival that finds an earlier one still
+	 * unread is sent alone (see itap_path.bpf.h). 0 = none.
+	 */
+	__u64 arrived_ns;
+	__u32 arrived_seq; /* rcv_nxt at that arrival */
+	__u32 reserved2;
 };
 
 /*
@@ -191,6 +201,10 @@ struct itap_conn {
 	__u8 sent;        /* snd_end/ack_seen are valid */
 	__u8 zero_window; /* the peer's window was 0 at the last ACK */
 	__u8 pad2[2];
+	/* the newest arrival, for the next read to carry (itap_event.arrived_ns) */
+	__u32 arr_seq;       /* rcv_nxt at that arrival */
+	__u32 arr_taken_seq; /* arr_seq of the last arrival a read carried */
+	__u64 arr_ns;        /* 0 = none yet */
 };
 
 #endif /* INFERTAP_ABI_H */

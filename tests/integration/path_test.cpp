@@ -135,9 +135,19 @@ TEST_F(PathTest, DirectLoopbackBlamesNothingOnThePathAndJoinsBothEnds) {
     for (const auto& e : log.events)
       if (e.content()) truth.push_back(e.mono_ns);
     std::vector<std::int64_t> seen;
-    for (const auto& e : r["timeline"])
-      if (e["kind"] == "content" && !e["peer_ns"].is_null()) seen.push_back(e["peer_ns"].get<std::int64_t>());
+    std::size_t arrived = 0;
+    for (const auto& e : r["timeline"]) {
+      if (e["kind"] != "content" || e["peer_ns"].is_null()) continue;
+      seen.push_back(e["peer_ns"].get<std::int64_t>());
+      // The arrival at the client's socket, carried on its reads: between
+      // the server's send and the client's read.
+      if (e["peer_arrived_ns"].is_null()) continue;
+      ++arrived;
+      EXPECT_LE(e["ts_ns"].get<std::int64_t>() - 1'000'000, e["peer_arrived_ns"].get<std::int64_t>()) << describe(r);
+      EXPECT_LE(e["peer_arrived_ns"].get<std::int64_t>(), e["peer_ns"].get<std::int64_t>()) << describe(r);
+    }
     ASSERT_EQ(seen.size(), truth.size()) << describe(r);
+    EXPECT_GE(arrived * 10, seen.size() * 9) << "arrival times at the local client: " << describe(r);
     for (std::size_t i = 0; i < seen.size(); ++i) read_errors.push_back(truth[i] - seen[i]);
   }
   std::vector<std::int64_t> abs_errors;

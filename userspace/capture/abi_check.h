@@ -8,7 +8,7 @@ extern "C" {
 #include "infertap/abi.h"
 }
 
-static_assert(sizeof(itap_event) == 136, "itap_event layout changed: update BPF and userspace together");
+static_assert(sizeof(itap_event) == 152, "itap_event layout changed: update BPF and userspace together");
 static_assert(sizeof(itap_event) % 8 == 0, "ring buffer records must keep 8-byte alignment of payload");
 static_assert(offsetof(itap_event, ts_ns) == 0);
 static_assert(offsetof(itap_event, sock_id) == 16);
@@ -22,7 +22,10 @@ static_assert(offsetof(itap_event, local_addr) == 80);
 static_assert(offsetof(itap_event, remote_addr) == 96);
 static_assert(offsetof(itap_event, srtt_us) == 112);
 static_assert(offsetof(itap_event, comm) == 120);
-static_assert(sizeof(itap_conn) == 72);
+static_assert(offsetof(itap_event, arrived_ns) == 136);
+static_assert(offsetof(itap_event, arrived_seq) == 144);
+static_assert(sizeof(itap_conn) == 88);
+static_assert(offsetof(itap_conn, arr_ns) == 80);
 static_assert(sizeof(itap_path_event) == 72);
 static_assert(offsetof(itap_path_event, ts_ns) == offsetof(itap_event, ts_ns), "consumers dispatch on these before the struct is known");
 static_assert(offsetof(itap_path_event, sock_id) == offsetof(itap_event, sock_id));

@@ -368,7 +368,12 @@ void Connection::on_sse_event(const protocol::SseEvent& e) {
     } else if (current_) {
       t.end_seq = current_->h().seq_end;
     }
-    if (role_ == Role::client && t.end_seq) t.arrived_ns = arrival_for(t.end_seq);
+    if (role_ == Role::client && t.end_seq) {
+      // Bytes cannot arrive after the read that returned them: a later time
+      // is another arrival's (a reader racing the kernel), not this event's.
+      const TimestampNs arrived = arrival_for(t.end_seq);
+      t.arrived_ns = arrived <= t.ts_ns ? arrived : 0;
+    }
     if (resp.hash_events && !e.truncated && !e.data.empty()) t.data_hash = std::hash<std::string_view>{}(e.data) | 1;
     r.timeline.push_back(t);
   }

@@ -30,25 +30,27 @@ std::string ms(std::uint64_t ns) {
 // by the TCP sequence just past each event's last byte, else by body offset
 // (both ends parse the same response body from its first byte).
 std::vector<int> match_tcp_ends(const StreamRecord& from, const StreamRecord& to) {
-  std::unordered_map<std::uint32_t, int> by_seq;
-  std::map<std::pair<std::uint64_t, std::uint32_t>, int> by_offset;
+  // Both timelines are in TCP order: sequences and body offsets only grow,
+  // so one forward pass over each finds every equal pair.
   const bool offsets_comparable = !from.joined_midstream && !to.joined_midstream;
-  for (std::size_t j = 0; j < to.timeline.size(); ++j) {
-    const TimelineEvent& e = to.timeline[j];
-    if (e.end_seq_exact) by_seq.emplace(e.end_seq, static_cast<int>(j));
-    if (offsets_comparable) by_offset.emplace(std::make_pair(e.offset, e.wire_bytes), static_cast<int>(j));
-  }
+  const std::size_t n = to.timeline.size();
   std::vector<int> out(from.timeline.size(), -1);
+  std::size_t by_seq = 0, by_offset = 0;
   for (std::size_t i = 0; i < from.timeline.size(); ++i) {
     const TimelineEvent& e = from.timeline[i];
     if (e.end_seq_exact) {
-      if (auto it = by_seq.find(e.end_seq); it != by_seq.end()) {
-        out[i] = it->second;
+      while (by_seq < n && (!to.timeline[by_seq].end_seq_exact || !seq_leq(e.end_seq, to.timeline[by_seq].end_seq)))
+        ++by_seq;
+      if (by_seq < n && to.timeline[by_seq].end_seq == e.end_seq) {
+        out[i] = static_cast<int>(by_seq);
         continue;
       }
     }
     if (offsets_comparable) {
-      if (auto it = by_offset.find({e.offset, e.wire_bytes}); it != by_offset.end()) out[i] = it->second;
+      while (by_offset < n && to.timeline[by_offset].offset < e.offset) ++by_offset;
+      if (by_offset < n && to.timeline[by_offset].offset == e.offset &&
+          to.timeline[by_offset].wire_bytes == e.wire_bytes)
+        out[i] = static_cast<int>(by_offset);
     }
   }
   // An event the other end did not capture whole (several events in one

@@ -138,7 +138,19 @@ void Pipeline::on_event(const capture::IoEvent& event) {
   }
   ++counters_.data_events;
   Connection* conn = connection_for(event);
-  if (conn) conn->on_data(event);
+  if (!conn) return;
+  if (h.arrived_ns) {
+    // An arrival the kernel carried on this read instead of sending it alone:
+    // it happened before the read, so it is handled first, as if it had.
+    itap_path_event arrival{};
+    arrival.ts_ns = h.arrived_ns;
+    arrival.sock_id = h.sock_id;
+    arrival.kind = ITAP_EV_PATH;
+    arrival.path_kind = ITAP_PATH_ARRIVED;
+    arrival.seq = h.arrived_seq;
+    on_path(capture::PathSignal{&arrival});
+  }
+  conn->on_data(event);
 }
 
 void Pipeline::close_connection(std::uint64_t sock_id, TimestampNs now, StreamEnd reason) {
