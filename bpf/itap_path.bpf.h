@@ -76,6 +76,15 @@ int itap_tcp_ack(struct bpf_raw_tracepoint_args *ctx)
 
 	if (!conn || !conn->sent)
 		return 0;
+	/*
+	 * Everything we sent is acknowledged and the window is open: this
+	 * segment can neither move the ACK over our data nor open the window,
+	 * and a receiver never shrinks a window it offered to zero without
+	 * data of ours to acknowledge. The usual case on the receiving end of
+	 * a stream, skipped before any read of the segment.
+	 */
+	if (conn->ack_seen == conn->snd_end && !conn->zero_window)
+		return 0;
 	if (bpf_probe_read_kernel(&th, sizeof(th), BPF_CORE_READ(skb, data)) || !th.ack)
 		return 0;
 	ack = bpf_ntohl(th.ack_seq);
