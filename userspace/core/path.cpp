@@ -346,8 +346,14 @@ std::pair<const PathJoiner::Held*, int> PathJoiner::origin_of(const Held* h, int
 }
 
 std::vector<PathJoiner::Hop> PathJoiner::hops(const Held* h, int i) {
-  auto [cur, idx] = origin_of(h, i);
   std::vector<Hop> out;
+  hops_into(h, i, out);
+  return out;
+}
+
+void PathJoiner::hops_into(const Held* h, int i, std::vector<Hop>& out) {
+  auto [cur, idx] = origin_of(h, i);
+  out.clear();
   for (int guard = 0; guard < 8 && cur && idx >= 0; ++guard) {
     const TimelineEvent& e = cur->rec.timeline[static_cast<std::size_t>(idx)];
     if (cur->rec.role == Role::server) {
@@ -369,7 +375,6 @@ std::vector<PathJoiner::Hop> PathJoiner::hops(const Held* h, int i) {
     }
     break;
   }
-  return out;
 }
 
 // Why a sender's gap between its events ia and ib: the send path's evidence.
@@ -600,6 +605,7 @@ std::pair<StallCause, std::string> PathJoiner::delay_cause(const std::vector<Hop
 
 void PathJoiner::finish_group(const std::vector<Held*>& group) {
   // 1. Every vantage on every event.
+  std::vector<Hop> path;  // one event's hops; storage reused across events
   for (Held* h : group) {
     StreamRecord& r = h->rec;
     const bool acked = r.role == Role::server && r.tcp.signals;
@@ -627,7 +633,7 @@ void PathJoiner::finish_group(const std::vector<Held*>& group) {
           else pt.upstream_ns = other;
         }
       }
-      const std::vector<Hop> path = hops(h, ii);
+      hops_into(h, ii, path);
       if (!path.empty() && path.back().kind != HopKind::emit) pt.delivered_ns = path.back().ts;
     }
     // TCP delivers in order: an event was delivered no later than the next one.

@@ -81,6 +81,7 @@ class PathJoiner {
   struct Hop;
   static std::pair<const Held*, int> origin_of(const Held* h, int i);
   static std::vector<Hop> hops(const Held* h, int i);
+  static void hops_into(const Held* h, int i, std::vector<Hop>& out);  // reuses out's storage
   static std::pair<StallCause, std::string> emit_cause(const Held* s, int ia, int ib);
   static std::pair<StallCause, std::string> diagnose(const Held* h, int a, int b, bool through_final);
   static std::pair<StallCause, std::string> delay_cause(const std::vector<Hop>& path);

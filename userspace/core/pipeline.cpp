@@ -35,6 +35,10 @@ std::string tuple_key(const Endpoint& local, const Endpoint& remote) {
 void keep_freed_heap_for_reuse() {
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
   mallopt(M_TOP_PAD, 8 << 20);
+  // Long streams' timelines pass 128 KiB (glibc's default, fixed once the
+  // trim threshold is set): served by mmap, every one would be faulted in
+  // page by page and unmapped again. Below this they reuse the heap.
+  mallopt(M_MMAP_THRESHOLD, 8 << 20);
 }
 
 Pipeline::Pipeline(PipelineConfig config, RecordSink sink, MuteSocket mute, CgroupLookup cgroup_lookup,
