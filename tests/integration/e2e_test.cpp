@@ -46,27 +46,13 @@ class E2E : public testing::LiveTest {
   E2E() : LiveTest("infertap-e2e") {}
 
   void start_agent(std::vector<std::string> extra = {}, bool filter_port = true) {
-    std::vector<std::string> argv = {build_dir() + "/infertapd", "--timeline", "--stats", "--ready-file",
-                                     path("ready"), "-o", path("records.ndjson"), "--socket", path("api.sock"),
-                                     "--metrics-listen", "127.0.0.1:0"};
-    if (filter_port) {
-      argv.push_back("--port");
-      argv.push_back(std::to_string(port_));
-    }
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    auto agent = Process::spawn(argv, path("agent.log"));
-    ASSERT_TRUE(agent) << "cannot start infertapd";
-    agent_.emplace(std::move(*agent));
-    ASSERT_TRUE(testing::wait_for_file(path("ready"), 20s))
-        << "infertapd did not attach:\n" << testing::read_file(path("agent.log"));
+    std::vector<std::string> args = {"--socket", path("api.sock"), "--metrics-listen", "127.0.0.1:0"};
+    if (filter_port) args.insert(args.end(), {"--port", std::to_string(port_)});
+    args.insert(args.end(), extra.begin(), extra.end());
+    start_agent_with(args);
   }
 
-  std::vector<json> stop_agent() {
-    auto st = agent_->stop(10s);
-    EXPECT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0)
-        << "infertapd did not exit cleanly:\n" << testing::read_file(path("agent.log"));
-    return read_ndjson(path("records.ndjson"));
-  }
+  std::vector<json> stop_agent() { return stop_agent_records(); }
 
   // Ground-truth runs pin the server and the client to different CPUs and run
   // them SCHED_FIFO: a thread preempted between its syscall's return and its
@@ -125,7 +111,7 @@ class E2E : public testing::LiveTest {
 
   static int port_of(const std::string& endpoint) { return std::stoi(endpoint.substr(endpoint.rfind(':') + 1)); }
 
-  std::optional<Process> agent_, server_;
+  std::optional<Process> server_;
 };
 
 // ---- ground truth ------------------------------------------------------------

@@ -53,27 +53,15 @@ class PathTest : public testing::LiveTest {
   PathTest() : LiveTest("infertap-path") {}
 
   void start_agent(const std::vector<std::uint16_t>& ports) {
-    std::vector<std::string> argv = {build_dir() + "/infertapd", "--timeline", "--stats", "--ready-file",
-                                     path("ready"), "-o", path("records.ndjson"), "--socket", "",
-                                     "--metrics-listen", ""};
-    for (std::uint16_t p : ports) {
-      argv.push_back("--port");
-      argv.push_back(std::to_string(p));
-    }
-    auto agent = Process::spawn(argv, path("agent.log"));
-    ASSERT_TRUE(agent) << "cannot start infertapd";
-    agent_.emplace(std::move(*agent));
-    ASSERT_TRUE(testing::wait_for_file(path("ready"), 20s))
-        << "infertapd did not attach:\n" << testing::read_file(path("agent.log"));
+    std::vector<std::string> args = {"--socket", "", "--metrics-listen", ""};
+    for (std::uint16_t p : ports) args.insert(args.end(), {"--port", std::to_string(p)});
+    start_agent_with(args);
   }
 
   std::vector<json> stop_agent() {
     // Records wait briefly for the other records of their path: let them go.
     std::this_thread::sleep_for(1500ms);
-    auto st = agent_->stop(10s);
-    EXPECT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0)
-        << "infertapd did not exit cleanly:\n" << testing::read_file(path("agent.log"));
-    return read_ndjson(path("records.ndjson"));
+    return stop_agent_records();
   }
 
   // The sample server on loopback, the agent on its port, then a client run
@@ -107,8 +95,6 @@ class PathTest : public testing::LiveTest {
     }
     return out;
   }
-
-  std::optional<Process> agent_;
 };
 
 // ---- direct --------------------------------------------------------------------

@@ -6,10 +6,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "support/ndjson.h"
 #include "support/process.h"
 
 namespace infertap::testing {
@@ -32,7 +37,30 @@ class LiveTest : public ::testing::Test {
   }
   std::string path(const std::string& name) const { return scratch_->file(name); }
 
+  // infertapd writing records with their timelines to records.ndjson, plus
+  // `args`; returns once it has attached (its ready file exists).
+  void start_agent_with(const std::vector<std::string>& args) {
+    using namespace std::chrono_literals;
+    std::vector<std::string> argv = {build_dir() + "/infertapd", "--timeline", "--stats", "--ready-file",
+                                     path("ready"), "-o", path("records.ndjson")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto agent = Process::spawn(argv, path("agent.log"));
+    ASSERT_TRUE(agent) << "cannot start infertapd";
+    agent_.emplace(std::move(*agent));
+    ASSERT_TRUE(wait_for_file(path("ready"), 20s)) << "infertapd did not attach:\n" << read_file(path("agent.log"));
+  }
+
+  // Stops it (SIGTERM), expects a clean exit, and returns every record it wrote.
+  std::vector<nlohmann::json> stop_agent_records() {
+    using namespace std::chrono_literals;
+    auto st = agent_->stop(10s);
+    EXPECT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0)
+        << "infertapd did not exit cleanly:\n" << read_file(path("agent.log"));
+    return read_ndjson(path("records.ndjson"));
+  }
+
   std::optional<ScratchDir> scratch_;
+  std::optional<Process> agent_;
   std::uint16_t port_ = 0;
 
  private:
