@@ -47,6 +47,37 @@ struct {
 	__type(value, struct itap_conn);
 } itap_conns SEC(".maps");
 
+/*
+ * Which sockets may be followed: per slot (a hash of the socket's address),
+ * how many followed sockets hash there. The delivery-signal and send-start
+ * programs run for every TCP segment and send on the host; the verifier
+ * inlines an array lookup, where an itap_conns lookup costs ~100 ns here, so
+ * a socket in an empty slot (nearly every one not followed) is turned away
+ * first. Counted up when a socket is followed, down when it closes; a socket
+ * dropped any other way (LRU eviction, userspace forget) leaves its count,
+ * which only costs its slot's sockets the itap_conns lookup again.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, ITAP_HINT_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} itap_follow_hint SEC(".maps");
+
+static __always_inline __u32 *follow_hint(__u64 skey)
+{
+	__u32 slot = (__u32)((skey >> 8) ^ (skey >> 24)) & (ITAP_HINT_SLOTS - 1);
+
+	return bpf_map_lookup_elem(&itap_follow_hint, &slot);
+}
+
+static __always_inline bool maybe_followed(__u64 skey)
+{
+	__u32 *n = follow_hint(skey);
+
+	return n && *n;
+}
+
 /* Arguments of a send/recv in flight, keyed by pid_tgid. */
 struct itap_args {
 	__u64 sk;
@@ -607,6 +638,14 @@ static __always_inline int emit_io(struct itap_args a, long ret, __u64 ts, __u64
 			verdict = classify(v, v2, n);
 			c.verdict = verdict;
 			c.first_seen_ns = ts;
+			if (verdict == ITAP_VERDICT_FOLLOW) {
+				__u32 *n = follow_hint(a.sk);
+
+				if (n) {
+					__sync_fetch_and_add(n, 1);
+					c.hinted = 1;
+				}
+			}
 			if (bpf_map_update_elem(&itap_conns, &a.sk, &c, BPF_ANY))
 				drop_inc(ITAP_DROP_CONN_MAP_FULL);
 			if (verdict != ITAP_VERDICT_FOLLOW) {
@@ -719,8 +758,15 @@ static __always_inline void handle_state(struct sock *sk, int oldstate, int news
 			stat_inc(ITAP_STAT_EVENTS);
 		}
 	}
-	if (newstate == TCP_CLOSE)
+	if (newstate == TCP_CLOSE) {
+		if (conn->hinted) {
+			__u32 *n = follow_hint(key);
+
+			if (n && *n)
+				__sync_fetch_and_add(n, -1);
+		}
 		bpf_map_delete_elem(&itap_conns, &key);
+	}
 }
 
 /* ================= tracepoint set ================= */
@@ -881,8 +927,11 @@ SEC("raw_tp/tcp_sendmsg_locked")
 int itap_tcp_send_start(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u64 skey = ctx->args[0];
-	struct itap_conn *conn = bpf_map_lookup_elem(&itap_conns, &skey);
+	struct itap_conn *conn;
 
+	if (!maybe_followed(skey))
+		return 0;
+	conn = bpf_map_lookup_elem(&itap_conns, &skey);
 	if (conn && conn->verdict == ITAP_VERDICT_FOLLOW && !conn->send_start_ns)
 		conn->send_start_ns = bpf_ktime_get_ns();
 	return 0;

@@ -12,7 +12,8 @@
  *   sock_exceed_buf_limit the socket hit the protocol's memory limit
  *
  * These fire for every TCP socket on the host, in softirq context. A socket the
- * agent does not follow costs one map lookup; a followed one emits only when
+ * agent does not follow costs an array lookup (itap_follow_hint), or a map
+ * lookup when its hint slot is shared with a followed one; a followed one emits only when
  * something changed (the ACK moved over data we sent, the window closed or
  * opened, new bytes arrived while earlier ones were unread), so the event rate
  * is bounded by the send rate.
@@ -23,8 +24,11 @@
 
 static __always_inline struct itap_conn *followed_conn(__u64 skey)
 {
-	struct itap_conn *conn = bpf_map_lookup_elem(&itap_conns, &skey);
+	struct itap_conn *conn;
 
+	if (!maybe_followed(skey))
+		return NULL;
+	conn = bpf_map_lookup_elem(&itap_conns, &skey);
 	if (!conn || conn->verdict != ITAP_VERDICT_FOLLOW)
 		return NULL;
 	return conn;

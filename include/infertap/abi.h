@@ -81,6 +81,13 @@ enum itap_event_flags {
 	ITAP_F_MORE = 1 << 6,       /* send with MSG_MORE: the kernel may hold the bytes for more */
 };
 
+/*
+ * Slots of itap_follow_hint: followed sockets counted by a hash of their
+ * address, so the programs that run for every TCP segment on the host turn
+ * away an unfollowed socket with an array lookup (see infertap.bpf.c).
+ */
+#define ITAP_HINT_SLOTS 65536
+
 /* Verdict the kernel keeps per socket (map itap_conns). */
 enum itap_verdict {
 	ITAP_VERDICT_FOLLOW = 1, /* looked like HTTP or SSE: send events to userspace */
@@ -185,7 +192,7 @@ struct itap_path_event {
  */
 struct itap_conn {
 	__u8 verdict; /* enum itap_verdict */
-	__u8 reserved;
+	__u8 hinted;  /* counted in itap_follow_hint: uncount when the socket closes */
 	__u16 family; /* 0 until the addresses below are cached */
 	__u16 local_port;
 	__u16 remote_port;

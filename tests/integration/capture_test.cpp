@@ -464,6 +464,9 @@ TEST_F(CaptureTest, CloseEmitsStateEvents) {
   TcpPair p = tcp_pair();
   std::uint64_t cs = 0, ss = 0;
   follow(p, &cs, &ss);
+  // Both ends are followed: the kernel's follow hint counts them, so the
+  // per-segment programs look them up.
+  EXPECT_EQ(cap_->followed_hint_total(), 2u);
   const std::uint16_t cport = p.client_port, sport = p.server_port;
   p.client.reset();
   p.server.reset();
@@ -486,6 +489,7 @@ TEST_F(CaptureTest, CloseEmitsStateEvents) {
   const auto n = col_->events.size();
   col_->settle(20);
   EXPECT_EQ(col_->events.size(), n);
+  EXPECT_EQ(cap_->followed_hint_total(), 0u) << "closing a followed socket uncounts its follow hint";
 }
 
 TEST_F(CaptureTest, NonBlockingSendIntoFullBufferGivesEagain) {

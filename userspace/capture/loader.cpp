@@ -514,10 +514,36 @@ int Capture::drain(const RecordHandler& handler) {
 }
 
 void Capture::mute(std::uint64_t sock_id) {
+  auto* conns = impl_->skel->maps.itap_conns;
   itap_conn c{};
+  // Keep the entry's follow-hint mark, so the close still uncounts it. The
+  // kernel may update other fields meanwhile; a muted socket's are unused.
+  if (bpf_map__lookup_elem(conns, &sock_id, sizeof(sock_id), &c, sizeof(c), 0) != 0) c = itap_conn{};
+  const std::uint8_t hinted = c.hinted;
+  c = itap_conn{};
   c.verdict = ITAP_VERDICT_MUTED;
+  c.hinted = hinted;
   c.first_seen_ns = now_ns();
-  (void)bpf_map__update_elem(impl_->skel->maps.itap_conns, &sock_id, sizeof(sock_id), &c, sizeof(c), BPF_ANY);
+  (void)bpf_map__update_elem(conns, &sock_id, sizeof(sock_id), &c, sizeof(c), BPF_ANY);
+}
+
+std::uint64_t Capture::followed_hint_total() const {
+  auto* hint = impl_->skel->maps.itap_follow_hint;
+  std::vector<std::uint32_t> keys(ITAP_HINT_SLOTS), values(ITAP_HINT_SLOTS);
+  std::uint32_t out_batch = 0;
+  std::uint32_t count = ITAP_HINT_SLOTS;
+  LIBBPF_OPTS(bpf_map_batch_opts, opts);
+  std::uint64_t total = 0;
+  if (bpf_map_lookup_batch(bpf_map__fd(hint), nullptr, &out_batch, keys.data(), values.data(), &count, &opts) == 0 ||
+      errno == ENOENT) {
+    for (std::uint32_t i = 0; i < count; ++i) total += values[i];
+    return total;
+  }
+  for (std::uint32_t slot = 0; slot < ITAP_HINT_SLOTS; ++slot) {  // kernels without batch ops on arrays
+    std::uint32_t v = 0;
+    if (bpf_map__lookup_elem(hint, &slot, sizeof(slot), &v, sizeof(v), 0) == 0) total += v;
+  }
+  return total;
 }
 
 void Capture::forget(std::uint64_t sock_id) {

@@ -85,8 +85,12 @@ class Capture {
 
   // Stop sending events for a socket (userspace decided it is not a stream).
   void mute(std::uint64_t sock_id);
-  // Forget a socket (it closed).
+  // Forget a socket: its next data is classified afresh. (Its follow-hint
+  // count stays: see itap_follow_hint.)
   void forget(std::uint64_t sock_id);
+  // Followed sockets as the kernel's follow hint counts them: sockets followed
+  // and not closed yet, plus any dropped without a close.
+  std::uint64_t followed_hint_total() const;
 
   CaptureStats stats() const;
   const std::vector<LoadNote>& notes() const;
