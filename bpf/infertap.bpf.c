@@ -685,8 +685,8 @@ static __always_inline int emit_io(struct itap_args a, long ret, __u64 ts, __u64
 	if (!send && conn && conn->arr_ns && conn->arr_taken_seq != conn->arr_seq) {
 		/*
 		 * The newest arrival rides on this read (itap_path.bpf.h). Not atomic
-		 * against an arrival on another CPU: at worst that arrival is also
-		 * sent alone, a duplicate userspace ignores; none is lost.
+		 * against an arrival on another CPU: at worst one arrival is reported
+		 * twice, or with the time of the one after it; none is lost.
 		 */
 		e->arrived_seq = conn->arr_seq;
 		e->arrived_ns = conn->arr_ns;
