@@ -301,6 +301,20 @@ TEST(RecordStore, TopCountsTheWindowAndLiveStreams) {
   EXPECT_TRUE(store.live_json(now).empty());
 }
 
+TEST(RecordStore, TimelineWatchersGetRecordsInOrderAndTheirDropsAreCounted) {
+  RecordStore store(fixed_clock_options());
+  SubscriptionPtr watcher = store.subscribe(true, 2);
+  for (std::uint64_t g = 1; g <= 4; ++g) store.add(demo_record(g));
+  EXPECT_EQ(watcher->dropped(), 2u);
+  EXPECT_EQ(store.counters().subscriber_drops, 2u);
+  auto a = watcher->pop(std::chrono::milliseconds(0));
+  auto b = watcher->pop(std::chrono::milliseconds(0));
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(json::parse(*a)["stream_id"], "1-0");
+  EXPECT_EQ(json::parse(*b)["stream_id"], "2-0");
+  EXPECT_EQ(*a, output::render_stream(demo_record(1), fixed_clock_options().clock, {true, fixed_clock_options().host}));
+}
+
 TEST(RecordStore, SlowSubscribersDropAndCountNeverBlock) {
   RecordStore store(fixed_clock_options());
   SubscriptionPtr slow = store.subscribe(false, 2);

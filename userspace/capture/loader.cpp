@@ -515,14 +515,13 @@ int Capture::drain(const RecordHandler& handler) {
 
 void Capture::mute(std::uint64_t sock_id) {
   auto* conns = impl_->skel->maps.itap_conns;
-  itap_conn c{};
   // Keep the entry's follow-hint mark, so the close still uncounts it. The
   // kernel may update other fields meanwhile; a muted socket's are unused.
-  if (bpf_map__lookup_elem(conns, &sock_id, sizeof(sock_id), &c, sizeof(c), 0) != 0) c = itap_conn{};
-  const std::uint8_t hinted = c.hinted;
-  c = itap_conn{};
+  itap_conn old{};
+  const bool known = bpf_map__lookup_elem(conns, &sock_id, sizeof(sock_id), &old, sizeof(old), 0) == 0;
+  itap_conn c{};
   c.verdict = ITAP_VERDICT_MUTED;
-  c.hinted = hinted;
+  c.hinted = known ? old.hinted : 0;
   c.first_seen_ns = now_ns();
   (void)bpf_map__update_elem(conns, &sock_id, sizeof(sock_id), &c, sizeof(c), BPF_ANY);
 }

@@ -236,39 +236,47 @@ void RecordStore::add_shared(std::shared_ptr<const core::StreamRecord> record) {
   const bool keep = bytes <= options_.max_record_timeline_bytes;
   Entry entry{summarize(*record), shared_line, keep ? record : nullptr, keep ? bytes : 0};
 
-  std::lock_guard lock(mu_);
-  ++counters_.added;
-  if (!keep) ++counters_.timelines_dropped;
-  counters_.timeline_bytes += entry.timeline_bytes;
-  entries_.push_back(std::move(entry));
-  while (entries_.size() > options_.capacity) {
-    counters_.timeline_bytes -= entries_.front().timeline_bytes;
-    entries_.pop_front();
-    ++counters_.evicted;
-  }
-  trim_timelines_locked();
+  std::vector<SubscriptionPtr> timeline_watchers;  // served after the lock: rendering takes a while
+  {
+    std::lock_guard lock(mu_);
+    ++counters_.added;
+    if (!keep) ++counters_.timelines_dropped;
+    counters_.timeline_bytes += entry.timeline_bytes;
+    entries_.push_back(std::move(entry));
+    while (entries_.size() > options_.capacity) {
+      counters_.timeline_bytes -= entries_.front().timeline_bytes;
+      entries_.pop_front();
+      ++counters_.evicted;
+    }
+    trim_timelines_locked();
 
-  std::shared_ptr<const std::string> with_timeline;
-  std::size_t live_subs = 0;
-  for (auto it = subscribers_.begin(); it != subscribers_.end();) {
-    SubscriptionPtr sub = it->lock();
-    if (!sub || sub->closed()) {
-      it = subscribers_.erase(it);
-      continue;
-    }
-    ++live_subs;
-    Subscription::Line out = shared_line;
-    if (sub->wants_timeline() && keep) {
-      if (!with_timeline) {
-        render.timeline = true;
-        with_timeline = std::make_shared<const std::string>(output::render_stream(*record, options_.clock, render));
+    std::size_t live_subs = 0;
+    for (auto it = subscribers_.begin(); it != subscribers_.end();) {
+      SubscriptionPtr sub = it->lock();
+      if (!sub || sub->closed()) {
+        it = subscribers_.erase(it);
+        continue;
       }
-      out = with_timeline;
+      ++live_subs;
+      if (sub->wants_timeline() && keep) {
+        timeline_watchers.push_back(std::move(sub));
+      } else if (!sub->push(shared_line)) {
+        ++counters_.subscriber_drops;
+      }
+      ++it;
     }
-    if (!sub->push(std::move(out))) ++counters_.subscriber_drops;
-    ++it;
+    counters_.subscribers = live_subs;
   }
-  counters_.subscribers = live_subs;
+  if (timeline_watchers.empty()) return;
+  // Only add() pushes, from one thread: watchers still get records in order.
+  render.timeline = true;
+  const auto with_timeline = std::make_shared<const std::string>(output::render_stream(*record, options_.clock, render));
+  std::uint64_t dropped = 0;
+  for (const SubscriptionPtr& sub : timeline_watchers) dropped += sub->push(with_timeline) ? 0 : 1;
+  if (dropped) {
+    std::lock_guard lock(mu_);
+    counters_.subscriber_drops += dropped;
+  }
 }
 
 void RecordStore::trim_timelines_locked() {
