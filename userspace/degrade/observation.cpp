@@ -24,15 +24,25 @@ std::string stall_cause_of(const core::Stall& stall) {
   return std::string(core::to_string(stall.cause));
 }
 
+namespace {
+
+// The judged numbers of a record's metrics; decode_ns is the caller's.
+StreamTiming timing_of(const core::StreamMetrics& m) {
+  StreamTiming t;
+  t.ttft_ns = m.ttft_ns;
+  t.tokens_per_s = m.tokens_per_s;
+  t.itl_p95_ns = m.itl_p95_ns;
+  t.itl_p99_ns = m.itl_p99_ns;
+  t.longest_pause_ns = m.longest_pause_ns;
+  for (const core::Stall& s : m.stalls) t.stall_causes[stall_cause_of(s)] += 1;
+  return t;
+}
+
+}  // namespace
+
 std::optional<DeliveryMetrics> delivery_of(const core::StreamRecord& r) {
   if (!r.delivery) return std::nullopt;
-  const core::StreamMetrics& m = r.delivery->metrics;
-  DeliveryMetrics d;
-  d.ttft_ns = m.ttft_ns;
-  d.tokens_per_s = m.tokens_per_s;
-  d.itl_p95_ns = m.itl_p95_ns;
-  d.itl_p99_ns = m.itl_p99_ns;
-  d.longest_pause_ns = m.longest_pause_ns;
+  DeliveryMetrics d = timing_of(r.delivery->metrics);
   core::TimestampNs first = 0, last = 0;
   for (std::size_t i = 0; i < r.timeline.size() && i < r.path_times.size(); ++i) {
     const core::TimestampNs t = r.path_times[i].delivered_ns;
@@ -41,7 +51,6 @@ std::optional<DeliveryMetrics> delivery_of(const core::StreamRecord& r) {
     last = t;
   }
   d.decode_ns = last > first ? last - first : 0;
-  for (const core::Stall& s : m.stalls) d.stall_causes[stall_cause_of(s)] += 1;
   // The first token's wait on the path counts as a stall of its cause.
   if (r.delivery->ttft_cause != core::StallCause::none) d.stall_causes[std::string(core::to_string(r.delivery->ttft_cause))] += 1;
   return d;
@@ -80,27 +89,16 @@ std::vector<Observation> observations_from(const core::StreamRecord& r, const st
   o.container = daemon::container_key(r.conn.cgroup_path);
   o.vantage = r.role == core::Role::server ? Vantage::server_emit : Vantage::client_observed;
   o.output_tokens = r.metrics.tokens;
-  o.ttft_ns = r.metrics.ttft_ns;
-  o.tokens_per_s = r.metrics.tokens_per_s;
-  o.itl_p95_ns = r.metrics.itl_p95_ns;
-  o.itl_p99_ns = r.metrics.itl_p99_ns;
-  o.longest_pause_ns = r.metrics.longest_pause_ns;
+  static_cast<StreamTiming&>(o) = timing_of(r.metrics);
   o.decode_ns = r.last_token_ns > r.first_token_ns ? r.last_token_ns - r.first_token_ns : 0;
   if (r.role == core::Role::server) o.client_addr = address_only(r.conn.remote);
-  for (const core::Stall& s : r.metrics.stalls) o.stall_causes[stall_cause_of(s)] += 1;
   out.push_back(o);
 
   if (delivery && r.role == core::Role::server) {
     Observation d = o;
     d.vantage = Vantage::client_observed;
     d.client_addr.clear();
-    d.ttft_ns = delivery->ttft_ns;
-    d.tokens_per_s = delivery->tokens_per_s;
-    d.itl_p95_ns = delivery->itl_p95_ns;
-    d.itl_p99_ns = delivery->itl_p99_ns;
-    d.longest_pause_ns = delivery->longest_pause_ns;
-    d.decode_ns = delivery->decode_ns;
-    d.stall_causes = delivery->stall_causes;
+    static_cast<StreamTiming&>(d) = *delivery;
     out.push_back(std::move(d));
   }
   return out;

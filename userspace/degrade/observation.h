@@ -21,29 +21,27 @@ enum class Vantage : std::uint8_t { server_emit, client_observed };
 std::string_view to_string(Vantage v);
 std::optional<Vantage> parse_vantage(std::string_view s);
 
-struct Observation {
+// How one stream was timed at one vantage: what the rules judge.
+struct StreamTiming {
+  std::optional<std::uint64_t> ttft_ns;
+  std::optional<double> tokens_per_s;
+  std::optional<std::uint64_t> itl_p95_ns, itl_p99_ns, longest_pause_ns;
+  std::uint64_t decode_ns = 0;                        // first token -> last token
+  std::map<std::string, std::uint32_t> stall_causes;  // cause -> stalls in this stream
+};
+
+struct Observation : StreamTiming {
   core::TimestampNs end_ns = 0;  // monotonic; the engine's clock comes from observations + tick(now)
   std::string model, route, process, container;
   Vantage vantage = Vantage::server_emit;
   std::uint64_t output_tokens = 0;
-  std::optional<std::uint64_t> ttft_ns;
-  std::optional<double> tokens_per_s;
-  std::optional<std::uint64_t> itl_p95_ns, itl_p99_ns, longest_pause_ns;
-  std::uint64_t decode_ns = 0;  // first token -> last token
-  std::string client_addr;      // remote address without port (server_emit records)
-  std::map<std::string, std::uint32_t> stall_causes;  // cause -> stalls in this stream
+  std::string client_addr;  // remote address without port (server_emit records)
 };
 
 // Client-observed timing of a server record measured at a downstream vantage
 // (ACKs of a remote peer, reads of a local one). Handed to observations_from()
 // together with the record it belongs to.
-struct DeliveryMetrics {
-  std::optional<std::uint64_t> ttft_ns;
-  std::optional<double> tokens_per_s;
-  std::optional<std::uint64_t> itl_p95_ns, itl_p99_ns, longest_pause_ns;
-  std::uint64_t decode_ns = 0;
-  std::map<std::string, std::uint32_t> stall_causes;
-};
+using DeliveryMetrics = StreamTiming;
 
 // The stall cause name a record's stall is counted under.
 std::string stall_cause_of(const core::Stall& stall);
