@@ -23,14 +23,21 @@ BPF_SRCS   := $(wildcard bpf/*.bpf.c)
 BPF_OBJS   := $(patsubst bpf/%.bpf.c,$(OUT)/%.bpf.o,$(BPF_SRCS))
 SKELS      := $(patsubst bpf/%.bpf.c,$(OUT)/%.skel.h,$(BPF_SRCS))
 
-LIB_SRCS   := $(wildcard userspace/capture/*.cpp userspace/protocol/*.cpp userspace/core/*.cpp userspace/output/*.cpp \
-                        userspace/daemon/*.cpp userspace/degrade/*.cpp)
+# Every product source under userspace/ is found by path: a new unit needs no
+# Makefile edit. Unit tests sit beside the code they test (*_test.cpp) or, when
+# they cross units, in tests/unit/. Files with main() and the standalone tools
+# are kept out of the library.
+ALL_CPP    := $(shell find userspace -name '*.cpp' | sort)
+TEST_CPP   := $(filter %_test.cpp,$(ALL_CPP))
+TOOL_CPP   := $(filter userspace/tools/%,$(ALL_CPP))
+MAIN_CPP   := userspace/infertapd.cpp userspace/cli/infertap.cpp
+LIB_SRCS   := $(filter-out $(TEST_CPP) $(TOOL_CPP) $(MAIN_CPP),$(ALL_CPP))
 LIB_OBJS   := $(patsubst %.cpp,$(OUT)/obj/%.o,$(LIB_SRCS))
 LIB        := $(OUT)/libinfertap.a
 
 BINS       := $(OUT)/infertapd $(OUT)/sample-server $(OUT)/sample-client $(OUT)/send-loop \
               $(if $(wildcard userspace/cli/infertap.cpp),$(OUT)/infertap)
-UNIT_SRCS  := $(wildcard tests/unit/*.cpp)
+UNIT_SRCS  := $(TEST_CPP) $(wildcard tests/unit/*.cpp)
 UNIT_OBJS  := $(patsubst %.cpp,$(OUT)/obj/%.o,$(UNIT_SRCS))
 INTEG_SRCS := $(wildcard tests/integration/*.cpp)
 INTEG_OBJS := $(patsubst %.cpp,$(OUT)/obj/%.o,$(INTEG_SRCS))
@@ -40,7 +47,7 @@ BENCH_OBJS := $(patsubst %.cpp,$(OUT)/obj/%.o,$(BENCH_SRCS))
 # Fuzzers: clang + libFuzzer + ASan/UBSan, one binary per tests/fuzz/fuzz_*.cpp.
 FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.cpp)
 FUZZ_BINS  := $(patsubst tests/fuzz/%.cpp,$(OUT)/fuzz/%,$(FUZZ_SRCS))
-FUZZ_LIB_SRCS := $(wildcard userspace/protocol/*.cpp) $(wildcard userspace/core/*.cpp) userspace/capture/event.cpp
+FUZZ_LIB_SRCS := $(filter userspace/base/% userspace/protocol/% userspace/core/%,$(LIB_SRCS)) userspace/capture/event.cpp
 FUZZ_FLAGS := -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
               -Iinclude -Iuserspace -I$(OUT)
 

@@ -17,10 +17,11 @@ fi
 scripts/setup.sh || { echo "test.sh: dependency installation failed" >&2; exit 1; }
 
 jobs=$(nproc)
+mkdir -p build
 echo "== build"
-if ! make -j"$jobs" all fuzz >build.log 2>&1; then
-  tail -50 build.log
-  echo "test.sh: build failed (full log in build.log)" >&2
+if ! make -j"$jobs" all fuzz >build/build.log 2>&1; then
+  tail -50 build/build.log
+  echo "test.sh: build failed (full log in build/build.log)" >&2
   echo "0 passed, 1 failed"
   exit 1
 fi
