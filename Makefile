@@ -77,7 +77,7 @@ $(OUT)/obj/%.o: %.cpp $(SKELS)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJS)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^  # a fresh archive: a moved source leaves no stale member
 
 $(OUT)/infertapd: $(OUT)/obj/userspace/infertapd.o $(LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)

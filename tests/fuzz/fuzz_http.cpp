@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <span>
 
-#include "protocol/http.h"
-#include "protocol/payload.h"
-#include "protocol/sse.h"
+#include "protocol/http1/parser.h"
+#include "protocol/payload/interpreter.h"
+#include "protocol/sse/parser.h"
 
 using namespace infertap::protocol;
 
@@ -34,12 +34,16 @@ struct Sink : HttpMessageSink {
     if (h.target.size() > HttpParser::kMaxFieldValue || h.host.size() > HttpParser::kMaxFieldValue) std::abort();
     in_body = true;
   }
-  void on_body(std::span<const std::uint8_t> b, TimestampNs ts) override {
+  void on_body(std::span<const std::uint8_t> b, std::uint64_t position, TimestampNs ts) override {
     if (!in_body) std::abort();  // body bytes only inside a message
+    // Body bytes come in stream order, never before bytes already delivered.
+    if (position < next_body_position) std::abort();
+    next_body_position = position + b.size();
     body_bytes += b.size();
     sse.feed(b, ts);
   }
   void on_body_gap(std::uint64_t n, TimestampNs ts) override { sse.gap(n, ts); }
+  std::uint64_t next_body_position = 0;
   void on_message_end(TimestampNs ts) override {
     sse.end(ts);
     in_body = false;

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "protocol/payload.h"
+#include "protocol/payload/interpreter.h"
 
 using namespace infertap::protocol;
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "protocol/payload.h"
-#include "protocol/sse.h"
+#include "protocol/payload/interpreter.h"
+#include "protocol/sse/parser.h"
 
 using namespace infertap::protocol;
 

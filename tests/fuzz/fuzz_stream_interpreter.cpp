@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "protocol/payload.h"
+#include "protocol/payload/interpreter.h"
 
 using namespace infertap::protocol;
 

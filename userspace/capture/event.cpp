@@ -11,6 +11,38 @@ std::string_view to_string(DecodeError e) {
   return "unknown";
 }
 
+namespace {
+
+DeliverySignal signal_of(const itap_path_event& p) {
+  DeliverySignal s;
+  switch (p.path_kind) {
+    case ITAP_PATH_ACK: s.kind = DeliverySignal::Kind::ack; break;
+    case ITAP_PATH_ARRIVED: s.kind = DeliverySignal::Kind::arrived; break;
+    case ITAP_PATH_RETRANSMIT: s.kind = DeliverySignal::Kind::retransmit; break;
+    default: s.kind = DeliverySignal::Kind::buf_limit; break;
+  }
+  s.ts_ns = p.ts_ns;
+  s.sock_id = p.sock_id;
+  s.seq = p.seq;
+  s.window = p.window;
+  s.srtt_us = p.srtt_us;
+  s.value = p.value;
+  return s;
+}
+
+}  // namespace
+
+std::optional<DeliverySignal> carried_arrival(const IoEvent& event) {
+  const itap_event& h = event.h();
+  if (!h.arrived_ns) return std::nullopt;
+  DeliverySignal s;
+  s.kind = DeliverySignal::Kind::arrived;
+  s.ts_ns = h.arrived_ns;
+  s.sock_id = h.sock_id;
+  s.seq = h.arrived_seq;
+  return s;
+}
+
 DecodeResult decode(std::span<const std::uint8_t> record) {
   DecodeResult r;
   // Every record kind has ts_ns, sock_id and kind at the same offsets.
@@ -21,7 +53,7 @@ DecodeResult decode(std::span<const std::uint8_t> record) {
         r.error = DecodeError::bad_kind;
         return r;
       }
-      r.path = PathSignal{p};
+      r.signal = signal_of(*p);
       return r;
     }
   }

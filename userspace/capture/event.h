@@ -27,18 +27,34 @@ struct IoEvent {
   std::string_view comm() const { return {header->comm, strnlen(header->comm, ITAP_COMM_LEN)}; }
 };
 
-// A delivery signal of a followed socket (ACK, arrival, retransmission, memory limit).
-struct PathSignal {
-  const itap_path_event* header = nullptr;
-  const itap_path_event& h() const { return *header; }
+// A delivery signal of a followed socket: where its bytes are after the send,
+// what the path did to them. A userspace value (not the kernel record): the
+// kernel sends most arrivals riding on the read that follows them.
+struct DeliverySignal {
+  enum class Kind : std::uint8_t {
+    ack,         // the peer's kernel acknowledged up to `seq`, or its window closed/opened
+    arrived,     // bytes up to `seq` were queued on a receiving socket
+    retransmit,  // the segment starting at `seq` was sent again
+    buf_limit,   // the socket hit the protocol's memory limit (`value`: bytes allocated)
+  };
+  Kind kind = Kind::ack;
+  std::uint64_t ts_ns = 0;
+  std::uint64_t sock_id = 0;
+  std::uint32_t seq = 0;
+  std::uint32_t window = 0;   // ack: the window the peer advertised, scaled
+  std::uint32_t srtt_us = 0;  // 0: not reported
+  std::uint64_t value = 0;
 };
+
+// The arrival a receive event carries (itap_event.arrived_ns), if any.
+std::optional<DeliverySignal> carried_arrival(const IoEvent& event);
 
 enum class DecodeError : std::uint8_t { too_short, bad_kind, bad_lengths };
 std::string_view to_string(DecodeError e);
 
 struct DecodeResult {
   std::optional<IoEvent> event;     // ITAP_EV_DATA / ITAP_EV_STATE
-  std::optional<PathSignal> path;   // ITAP_EV_PATH
+  std::optional<DeliverySignal> signal;  // ITAP_EV_PATH
   DecodeError error{};
 };
 

@@ -3,16 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-namespace infertap::core {
+#include "base/percentile.h"
 
-std::optional<std::uint64_t> percentile(std::vector<std::uint64_t> sample, double p) {
-  if (sample.empty()) return std::nullopt;
-  const double rank = std::ceil(p / 100.0 * static_cast<double>(sample.size()));
-  std::size_t index = rank < 1 ? 0 : static_cast<std::size_t>(rank) - 1;
-  index = std::min(index, sample.size() - 1);
-  std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(index), sample.end());
-  return sample[index];
-}
+namespace infertap::core {
 
 StreamMetrics metrics_of(const std::vector<TimestampNs>& token_times, TimestampNs request_end_ns,
                          TimestampNs last_event_ns, std::uint64_t tokens, const PipelineConfig& config,
@@ -32,10 +25,10 @@ StreamMetrics metrics_of(const std::vector<TimestampNs>& token_times, TimestampN
   for (std::size_t i = 1; i < token_times.size(); ++i) {
     gaps.push_back(token_times[i] >= token_times[i - 1] ? token_times[i] - token_times[i - 1] : 0);
   }
-  m.itl_p50_ns = percentile(gaps, 50);
-  m.itl_p95_ns = percentile(gaps, 95);
-  m.itl_p99_ns = percentile(gaps, 99);
-  m.itl_max_ns = percentile(gaps, 100);
+  m.itl_p50_ns = base::percentile(gaps, 50);
+  m.itl_p95_ns = base::percentile(gaps, 95);
+  m.itl_p99_ns = base::percentile(gaps, 99);
+  m.itl_max_ns = base::percentile(gaps, 100);
   m.longest_pause_ns = m.itl_max_ns;
 
   // Streaming rate: tokens after the first over the first→last token span. When
@@ -95,7 +88,7 @@ void compute_metrics(StreamRecord& record, std::optional<std::uint64_t> usage_co
   StreamMetrics m = metrics_of(token_times, has_request ? record.request_end_ns : 0, record.last_event_ns, tokens,
                                config, content_gaps_observed(record.timeline));
   m.events = static_cast<std::uint32_t>(record.timeline.size());
-  m.token_source = usage_completion_tokens ? "usage" : "events";
+  m.token_source = usage_completion_tokens ? TokenSource::usage : TokenSource::events;
   record.metrics = std::move(m);
 }
 

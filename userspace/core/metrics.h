@@ -11,9 +11,6 @@
 
 namespace infertap::core {
 
-// Nearest-rank percentile (p in (0,100]) of an unsorted sample; nullopt if empty.
-std::optional<std::uint64_t> percentile(std::vector<std::uint64_t> sample, double p);
-
 // Metrics of one series of token-event times (any vantage). TTFT and e2e are
 // measured from request_end_ns (0: none); stalls index the series.
 // `gap_observed[i]` (optional): no capture hole lies between token i and i+1;

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "core/connection.h"
-
 namespace infertap::core {
 namespace {
 
@@ -18,16 +16,6 @@ Endpoint endpoint(const std::uint8_t (&addr)[16], std::uint16_t port, std::uint1
   e.port = port;
   e.family = family;
   return e;
-}
-
-std::string tuple_key(const Endpoint& local, const Endpoint& remote) {
-  std::string k;
-  k.reserve(40);
-  for (const Endpoint* e : {&local, &remote}) {
-    k.append(reinterpret_cast<const char*>(e->addr.data()), e->addr.size());
-    k.append(reinterpret_cast<const char*>(&e->port), sizeof e->port);
-  }
-  return k;
 }
 
 }  // namespace
@@ -48,17 +36,14 @@ Pipeline::Pipeline(PipelineConfig config, RecordSink sink, MuteSocket mute, Cgro
       mute_(std::move(mute)),
       cgroup_lookup_(std::move(cgroup_lookup)),
       comm_lookup_(std::move(comm_lookup)),
-      path_(
-          config_, [this](StreamRecord&& r) { if (sink_) sink_(std::move(r)); },
-          [this](const Endpoint& local, const Endpoint& remote) { return peer_activity(local, remote); },
-          [this](const StreamRecord& r) { return gateway_partner_active(r); }) {}
+      joiner_(config_) {}
 
 Pipeline::~Pipeline() = default;
 
 void Pipeline::on_record(std::span<const std::uint8_t> record) {
   const capture::DecodeResult decoded = capture::decode(record);
-  if (decoded.path) {
-    on_path(*decoded.path);
+  if (decoded.signal) {
+    on_signal(*decoded.signal);
     return;
   }
   if (!decoded.event) {
@@ -66,6 +51,60 @@ void Pipeline::on_record(std::span<const std::uint8_t> record) {
     return;
   }
   on_event(*decoded.event);
+}
+
+void Pipeline::on_event(const capture::IoEvent& event) {
+  if (event.h().kind == ITAP_EV_STATE) {
+    on_state(event);
+    return;
+  }
+  ++counters_.data_events;
+  Connection* conn = connection_for(event);
+  if (!conn) return;
+  // An arrival the kernel carried on this read instead of sending it alone:
+  // it happened before the read, so it is handled first, as if it had.
+  if (const auto arrival = capture::carried_arrival(event)) on_signal(*arrival);
+  take(*conn, conn->on_data(event));
+}
+
+void Pipeline::on_state(const capture::IoEvent& event) {
+  const itap_event& h = event.h();
+  ++counters_.state_events;
+  auto it = connections_.find(h.sock_id);
+  if (it == connections_.end()) {
+    if (h.new_state == kTcpClose) refused_.erase(h.sock_id);
+    return;
+  }
+  if (h.new_state == kTcpClose) {
+    close_connection(h.sock_id, h.ts_ns, StreamEnd::connection_closed);
+  } else {
+    take(*it->second, it->second->on_state(event));
+  }
+}
+
+void Pipeline::on_signal(const capture::DeliverySignal& signal) {
+  ++counters_.path_signals;
+  auto it = connections_.find(signal.sock_id);
+  if (it == connections_.end()) return;
+  it->second->on_signal(signal);
+  joiner_.on_signal(signal.sock_id, it->second->identity().generation, signal);
+}
+
+ConnIdentity Pipeline::identity_of(const capture::IoEvent& event) {
+  const itap_event& h = event.h();
+  ConnIdentity id;
+  id.sock_id = h.sock_id;
+  id.generation = ++next_generation_;
+  id.pid = h.pid;
+  id.fd = h.fd;
+  id.comm = std::string(event.comm());
+  if (id.comm.empty() && comm_lookup_) id.comm = comm_lookup_(h.pid);
+  id.cgroup_id = h.cgroup_id;
+  id.cgroup_path = cgroup_path(h.pid);
+  id.local = endpoint(h.local_addr, h.local_port, h.family);
+  id.remote = endpoint(h.remote_addr, h.remote_port, h.family);
+  id.first_seen_ns = h.ts_ns;
+  return id;
 }
 
 Connection* Pipeline::connection_for(const capture::IoEvent& event) {
@@ -87,74 +126,39 @@ Connection* Pipeline::connection_for(const capture::IoEvent& event) {
     close_connection(h.sock_id, h.ts_ns, StreamEnd::connection_closed);
   }
   if (connections_.size() >= config_.max_connections) evict_oldest(h.ts_ns);
-  ConnIdentity id;
-  id.sock_id = h.sock_id;
-  id.generation = ++next_generation_;
-  id.pid = h.pid;
-  id.fd = h.fd;
-  id.comm = std::string(event.comm());
-  if (id.comm.empty() && comm_lookup_) id.comm = comm_lookup_(h.pid);
-  id.cgroup_id = h.cgroup_id;
-  id.cgroup_path = cgroup_path(h.pid);
-  id.local = endpoint(h.local_addr, h.local_port, h.family);
-  id.remote = endpoint(h.remote_addr, h.remote_port, h.family);
-  id.first_seen_ns = h.ts_ns;
+  ConnIdentity id = identity_of(event);
   if (admit_ && !admit_(id)) {
     ++counters_.connections_refused;
     stop_following(h.sock_id);
     return nullptr;
   }
   ++counters_.connections_opened;
-  const std::string key = tuple_key(id.local, id.remote);
-  const std::uint32_t pid = id.pid;
-  auto conn = std::make_unique<Connection>(std::move(id), *this);
+  auto conn = std::make_unique<Connection>(std::move(id), config_, counters_, live_.census());
   Connection* raw = conn.get();
-  by_tuple_[key] = raw;
-  by_pid_[pid].push_back(raw);
+  live_.add(*raw);
   connections_.emplace(h.sock_id, std::move(conn));
   return raw;
 }
 
-void Pipeline::on_path(const capture::PathSignal& signal) {
-  const itap_path_event& p = signal.h();
-  ++counters_.path_signals;
-  auto it = connections_.find(p.sock_id);
-  if (it == connections_.end()) return;
-  it->second->on_path(signal);
-  path_.on_signal(p.sock_id, it->second->identity().generation, p);
+// What a connection returned: its role, a mute, its finished records.
+void Pipeline::take(Connection& conn, Connection::Output&& out) {
+  if (out.role_decided) live_.role_decided(conn);
+  if (out.mute && mute_) mute_(conn.identity().sock_id);
+  join(std::move(out.finished));
 }
 
-void Pipeline::on_event(const capture::IoEvent& event) {
-  const itap_event& h = event.h();
-  if (h.kind == ITAP_EV_STATE) {
-    ++counters_.state_events;
-    auto it = connections_.find(h.sock_id);
-    if (it == connections_.end()) {
-      if (h.new_state == kTcpClose) refused_.erase(h.sock_id);
-      return;
-    }
-    if (h.new_state == kTcpClose) {
-      close_connection(h.sock_id, h.ts_ns, StreamEnd::connection_closed);
-    } else {
-      it->second->on_state(event);
-    }
-    return;
+void Pipeline::join(std::vector<StreamRecord>&& finished) {
+  for (StreamRecord& r : finished) {
+    ++counters_.records;
+    const TimestampNs now = r.end_ns;
+    release(joiner_.add(std::move(r), now, live_));
   }
-  ++counters_.data_events;
-  Connection* conn = connection_for(event);
-  if (!conn) return;
-  if (h.arrived_ns) {
-    // An arrival the kernel carried on this read instead of sending it alone:
-    // it happened before the read, so it is handled first, as if it had.
-    itap_path_event arrival{};
-    arrival.ts_ns = h.arrived_ns;
-    arrival.sock_id = h.sock_id;
-    arrival.kind = ITAP_EV_PATH;
-    arrival.path_kind = ITAP_PATH_ARRIVED;
-    arrival.seq = h.arrived_seq;
-    on_path(capture::PathSignal{&arrival});
-  }
-  conn->on_data(event);
+  counters_.records_held = joiner_.held();
+}
+
+void Pipeline::release(std::vector<StreamRecord>&& records) {
+  if (!sink_) return;
+  for (StreamRecord& r : records) sink_(std::move(r));
 }
 
 void Pipeline::close_connection(std::uint64_t sock_id, TimestampNs now, StreamEnd reason) {
@@ -163,67 +167,10 @@ void Pipeline::close_connection(std::uint64_t sock_id, TimestampNs now, StreamEn
   // Move out first: closing emits records, and the sink must see a consistent table.
   std::unique_ptr<Connection> conn = std::move(it->second);
   connections_.erase(it);
-  conn->close(now, reason);
+  join(conn->close(now, reason).finished);
   ++counters_.connections_closed;
-  const ConnIdentity& id = conn->identity();
-  if (auto t = by_tuple_.find(tuple_key(id.local, id.remote)); t != by_tuple_.end() && t->second == conn.get())
-    by_tuple_.erase(t);
-  if (conn->role() != Role::unknown) {
-    if (auto r = roles_by_pid_.find(id.pid); r != roles_by_pid_.end()) {
-      auto& n = r->second[static_cast<std::size_t>(conn->role())];
-      if (n > 0) --n;
-      if (r->second == std::array<std::uint32_t, 3>{}) roles_by_pid_.erase(r);
-    }
-  }
-  if (auto p = by_pid_.find(id.pid); p != by_pid_.end()) {
-    std::erase(p->second, conn.get());
-    if (p->second.empty()) by_pid_.erase(p);
-  }
-  path_.on_closed(sock_id, id.generation, now);
-}
-
-void Pipeline::role_decided(std::uint32_t pid, Role role) { ++roles_by_pid_[pid][static_cast<std::size_t>(role)]; }
-
-bool Pipeline::process_has_other_role(std::uint32_t pid, Role role) const {
-  auto it = roles_by_pid_.find(pid);
-  if (it == roles_by_pid_.end()) return false;
-  for (std::size_t r = 1; r < it->second.size(); ++r) {
-    if (r != static_cast<std::size_t>(role) && it->second[r] > 0) return true;
-  }
-  return false;
-}
-
-PathJoiner::Activity Pipeline::peer_activity(const Endpoint& local, const Endpoint& remote) const {
-  auto it = by_tuple_.find(tuple_key(local, remote));
-  if (it == by_tuple_.end()) return PathJoiner::Activity::none;
-  return it->second->active_stream() ? PathJoiner::Activity::streaming : PathJoiner::Activity::idle;
-}
-
-PathJoiner::Activity Pipeline::gateway_partner_active(const StreamRecord& record) const {
-  using Activity = PathJoiner::Activity;
-  auto it = by_pid_.find(record.conn.pid);
-  if (it == by_pid_.end()) return Activity::none;
-  // The first few events identify a stream: chunk ids and timestamps differ
-  // between streams.
-  std::vector<std::uint64_t> mine;
-  for (const TimelineEvent& e : record.timeline) {
-    if (e.data_hash) mine.push_back(e.data_hash);
-    if (mine.size() == 4) break;
-  }
-  Activity found = Activity::none;
-  for (const Connection* c : it->second) {
-    if (c->role() == record.role || c->role() == Role::unknown) continue;
-    found = Activity::idle;
-    const StreamRecord* other = c->active_stream();
-    if (!other) continue;
-    if (!record.response_id.empty() && other->response_id == record.response_id) return Activity::streaming;
-    const std::size_t n = std::min<std::size_t>(other->timeline.size(), 8);
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::uint64_t h = other->timeline[i].data_hash;
-      if (h && std::find(mine.begin(), mine.end(), h) != mine.end()) return Activity::streaming;
-    }
-  }
-  return found;
+  live_.remove(*conn);
+  release(joiner_.on_closed(sock_id, conn->identity().generation, now, live_));
 }
 
 void Pipeline::evict_oldest(TimestampNs now) {
@@ -251,13 +198,13 @@ void Pipeline::expire(TimestampNs now) {
     if (now > last && now - last > config_.conn_idle_timeout_ns) {
       idle.push_back(sock);
     } else {
-      conn->expire_stream(now, config_.stream_idle_timeout_ns);
+      join(conn->expire_stream(now, config_.stream_idle_timeout_ns).finished);
     }
   }
   for (std::uint64_t sock : idle) close_connection(sock, now, StreamEnd::idle_timeout);
-  path_.release_due(now);
-  counters_.records_held = path_.held();
-  counters_.records_joined = path_.joined();
+  release(joiner_.release_due(now, live_));
+  counters_.records_held = joiner_.held();
+  counters_.records_joined = joiner_.joined();
 }
 
 void Pipeline::flush(TimestampNs now, StreamEnd reason) {
@@ -265,7 +212,7 @@ void Pipeline::flush(TimestampNs now, StreamEnd reason) {
   all.reserve(connections_.size());
   for (const auto& [sock, conn] : connections_) all.push_back(sock);
   for (std::uint64_t sock : all) close_connection(sock, now, reason);
-  path_.release_all();
+  release(joiner_.release_all());
   counters_.records_held = 0;
 }
 
@@ -275,24 +222,12 @@ void Pipeline::for_each_active_stream(const std::function<void(const StreamRecor
   }
 }
 
-void Pipeline::emit(StreamRecord&& record) {
-  ++counters_.records;
-  const TimestampNs now = record.end_ns;
-  path_.add(std::move(record), now);
-  counters_.records_held = path_.held();
-}
-
 void Pipeline::stop_following(std::uint64_t sock_id) {
   // Bounded (a few MiB at most): a socket forgotten here is judged again on
   // its next event, but after the kernel mute there are only the events that
   // were already in the ring buffer, so the bound only has to outlast those.
   if (refused_.size() >= std::max<std::size_t>(4 * config_.max_connections, 65536)) refused_.clear();
   refused_.insert(sock_id);
-  if (mute_) mute_(sock_id);
-}
-
-void Pipeline::mute(std::uint64_t sock_id) {
-  ++counters_.connections_muted;
   if (mute_) mute_(sock_id);
 }
 

@@ -1,14 +1,15 @@
-// Kernel events -> connections -> HTTP/SSE -> per-stream records.
+// Kernel events -> connections -> protocol sessions -> stream records -> path
+// joining -> finished records.
 //
 // One Pipeline per agent; single-threaded (the ring-buffer consumer thread owns
 // it). Each followed socket becomes a Connection keyed by its kernel address
-// plus a generation, with one HTTP parser per direction placed by the
-// connection's role. Byte positions come from the TCP sequence numbers the
+// plus a generation. Byte positions come from the TCP sequence numbers the
 // kernel reports, so events the kernel could not deliver show up as exact holes
-// instead of silently shifting the stream.
+// instead of silently shifting the stream. The stages below it never call
+// back: each takes its input and returns its output, and the pipeline moves
+// the outputs on (docs/architecture.md).
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -16,14 +17,15 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "capture/event.h"
-#include "core/path.h"
+#include "core/conn/connection.h"
+#include "core/live_index.h"
+#include "core/path/joiner.h"
 #include "core/types.h"
 
 namespace infertap::core {
-
-class Connection;
 
 // Stream timelines are allocated and freed all the time; glibc's default
 // returns freed heap to the kernel eagerly and the next stream pays page
@@ -56,7 +58,7 @@ class Pipeline {
   // A raw ring-buffer record (decoded and validated here).
   void on_record(std::span<const std::uint8_t> record);
   void on_event(const capture::IoEvent& event);
-  void on_path(const capture::PathSignal& signal);
+  void on_signal(const capture::DeliverySignal& signal);
 
   // Time-based housekeeping: partial records for idle streams, forget idle
   // connections. Call about once a second with the current monotonic time.
@@ -78,17 +80,13 @@ class Pipeline {
   std::size_t connection_count() const { return connections_.size(); }
   const PipelineConfig& config() const { return config_; }
 
-  // Used by Connection.
-  void emit(StreamRecord&& record);
-  void role_decided(std::uint32_t pid, Role role);
-  // Does process `pid` follow connections in a role other than `role`? (it
-  // may be a gateway: its events are hashed to find them on its other leg)
-  bool process_has_other_role(std::uint32_t pid, Role role) const;
-  PipelineCounters& mutable_counters() { return counters_; }
-  void mute(std::uint64_t sock_id);
-
  private:
+  void on_state(const capture::IoEvent& event);
   Connection* connection_for(const capture::IoEvent& event);
+  ConnIdentity identity_of(const capture::IoEvent& event);
+  void take(Connection& conn, Connection::Output&& out);
+  void join(std::vector<StreamRecord>&& finished);
+  void release(std::vector<StreamRecord>&& records);
   void close_connection(std::uint64_t sock_id, TimestampNs now, StreamEnd reason);
   void evict_oldest(TimestampNs now);
   void stop_following(std::uint64_t sock_id);  // mute in the kernel, drop its events already queued
@@ -103,13 +101,8 @@ class Pipeline {
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
   std::uint64_t next_generation_ = 0;  // connection generations are unique per agent run
   std::unordered_map<std::uint32_t, std::string> cgroup_cache_;
-  // Who is followed, for the path joiner: connections by 4-tuple, roles by process.
-  std::unordered_map<std::string, Connection*> by_tuple_;
-  std::unordered_map<std::uint32_t, std::vector<Connection*>> by_pid_;
-  std::unordered_map<std::uint32_t, std::array<std::uint32_t, 3>> roles_by_pid_;  // connections per Role
-  PathJoiner::Activity peer_activity(const Endpoint& local, const Endpoint& remote) const;
-  PathJoiner::Activity gateway_partner_active(const StreamRecord& record) const;
-  PathJoiner path_;
+  LiveIndex live_;
+  PathJoiner joiner_;
   Admit admit_;
   std::unordered_set<std::uint64_t> refused_;  // sockets the admit hook refused (muted; events in flight dropped)
 };

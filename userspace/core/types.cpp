@@ -4,22 +4,29 @@
 
 namespace infertap::core {
 
-std::string_view to_string(Role r) {
-  switch (r) {
-    case Role::unknown: return "unknown";
-    case Role::server: return "server";
-    case Role::client: return "client";
+std::string_view to_string(Vantage v) {
+  switch (v) {
+    case Vantage::unknown: return "unknown";
+    case Vantage::emit: return "emit";
+    case Vantage::read: return "read";
+    case Vantage::acked: return "acked";
   }
   return "unknown";
 }
 
-std::string_view vantage_of(Role r) {
+Vantage vantage_of(Role r) {
   switch (r) {
-    case Role::server: return "emit";
-    case Role::client: return "read";
+    case Role::server: return Vantage::emit;
+    case Role::client: return Vantage::read;
     case Role::unknown: break;
   }
-  return "unknown";
+  return Vantage::unknown;
+}
+
+std::string_view to_string(TokenSource s) { return s == TokenSource::usage ? "usage" : "events"; }
+
+std::string_view to_string(GatewayLeg::Side s) {
+  return s == GatewayLeg::Side::upstream ? "upstream" : "downstream";
 }
 
 std::string_view to_string(StreamEnd e) {

@@ -9,19 +9,24 @@
 #include <string>
 #include <vector>
 
-#include "protocol/payload.h"
+#include "base/clock.h"
+#include "protocol/exchange.h"
+#include "protocol/payload/interpreter.h"
 
 namespace infertap::core {
 
-using TimestampNs = std::uint64_t;  // CLOCK_MONOTONIC nanoseconds
+using TimestampNs = base::TimestampNs;  // CLOCK_MONOTONIC nanoseconds
 
-// Which end of the HTTP exchange the traced process is on this connection.
-enum class Role : std::uint8_t { unknown, server, client };
-std::string_view to_string(Role r);
+// Which end of the exchange the traced process is on this connection.
+using protocol::Role;
+using protocol::to_string;
 
-// The vantage a stream's event times were taken at: a server's send exits
-// ("emit") or a client's receive exits ("read"). See docs/metrics.md.
-std::string_view vantage_of(Role r);
+// Where an event's time was taken (docs/metrics.md#vantages): a sender's send
+// exits, a receiver's receive exits, the peer kernel's ACKs.
+enum class Vantage : std::uint8_t { unknown, emit, read, acked };
+std::string_view to_string(Vantage v);
+// The vantage a record's own event times are taken at: emit for a server, read for a client.
+Vantage vantage_of(Role r);
 
 struct Endpoint {
   std::array<std::uint8_t, 16> addr{};
@@ -126,11 +131,16 @@ struct TcpContext {
   TimestampNs zero_window_since = 0;  // an episode still open when the record finished
 };
 
+// Where a record's token count comes from: the stream's own usage report, or
+// the count of its content events.
+enum class TokenSource : std::uint8_t { events, usage };
+std::string_view to_string(TokenSource s);
+
 struct StreamMetrics {
   std::optional<std::uint64_t> ttft_ns;  // first token - request end
   std::optional<std::uint64_t> e2e_ns;   // last event - request end
   std::uint64_t tokens = 0;
-  std::string token_source;  // "usage" | "events"
+  TokenSource token_source = TokenSource::events;
   std::uint32_t content_events = 0;
   std::uint32_t events = 0;
   std::optional<double> tokens_per_s;  // streaming token rate (after the first token)
@@ -143,7 +153,7 @@ struct StreamMetrics {
 // The stream as its final client got it, measured at the last vantage of the
 // traced path (a local client's reads, else the last hop's ACKs).
 struct Delivery {
-  std::string vantage;  // "read" | "acked"
+  Vantage vantage = Vantage::unknown;  // read (a local client's reads) or acked (the last hop's ACKs)
   std::string path;     // hops, e.g. "server>gateway(nginx)>client"
   StreamMetrics metrics;  // TTFT from the server's request end, ITL between delivered token events
   std::optional<std::uint64_t> ttft_added_ns;     // delivered TTFT - emitted TTFT
@@ -160,7 +170,8 @@ struct Delivery {
 
 // A gateway's view of the stream it relays (set on both legs).
 struct GatewayLeg {
-  std::string leg;  // "downstream" (to the client) | "upstream" (from the server)
+  enum class Side : std::uint8_t { downstream, upstream };  // to the client / from the server
+  Side leg = Side::downstream;
   std::string peer_stream_id;  // the other leg's stream_id
   std::string upstream, downstream;  // endpoints of the two legs (remote addresses)
   std::uint32_t events_matched = 0;  // events found on both legs
@@ -168,6 +179,7 @@ struct GatewayLeg {
   std::uint32_t max_events_per_send = 0;
   bool buffering = false;
 };
+std::string_view to_string(GatewayLeg::Side s);
 
 struct StreamRecord {
   ConnIdentity conn;
@@ -181,7 +193,7 @@ struct StreamRecord {
   // Response.
   int status = 0;
   std::string content_type;
-  std::string framing;  // "chunked" | "content_length" | "until_close"
+  protocol::BodyFraming framing = protocol::BodyFraming::none;
   protocol::Dialect dialect = protocol::Dialect::unknown;
   std::string response_id;
   std::string finish_reason;

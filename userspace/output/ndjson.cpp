@@ -96,7 +96,7 @@ json tcp_json(const core::TcpContext& t) {
 json delivery_json(const core::Delivery& d) {
   const core::StreamMetrics& m = d.metrics;
   json j;
-  j["vantage"] = d.vantage;
+  j["vantage"] = core::to_string(d.vantage);
   j["path"] = d.path;
   put_ms(j, "ttft_ms", m.ttft_ns);
   put_ms(j, "e2e_ms", m.e2e_ns);
@@ -118,7 +118,7 @@ json delivery_json(const core::Delivery& d) {
 
 json gateway_json(const core::GatewayLeg& g) {
   json j;
-  j["leg"] = g.leg;
+  j["leg"] = core::to_string(g.leg);
   j["peer_stream_id"] = g.peer_stream_id;
   j["upstream"] = g.upstream;
   j["downstream"] = g.downstream;
@@ -159,18 +159,14 @@ std::string WallClock::rfc3339(std::uint64_t mono_ns) const {
   return buf;
 }
 
-std::string render_stream(const core::StreamRecord& r, const WallClock& clock, const RenderOptions& options) {
-  const core::StreamMetrics& m = r.metrics;
-  const std::uint64_t start_ns = r.request_start_ns ? r.request_start_ns : r.response_head_ns;
-  json j;
-  j["type"] = "stream";
-  j["schema_version"] = kSchemaVersion;
-  j["ts"] = clock.rfc3339(start_ns);
-  j["end_ts"] = clock.rfc3339(r.end_ns);
+namespace {
+
+// Who: the process, its workload, the connection's ends.
+void put_identity(json& j, const core::StreamRecord& r, const RenderOptions& options) {
   j["host"] = options.host;
   j["stream_id"] = core::stream_id(r);
   j["role"] = r.gateway ? std::string_view("gateway") : core::to_string(r.role);
-  j["vantage"] = core::vantage_of(r.role);
+  j["vantage"] = core::to_string(core::vantage_of(r.role));
   j["pid"] = r.conn.pid;
   j["comm"] = r.conn.comm;
   j["fd"] = r.conn.fd;
@@ -183,18 +179,25 @@ std::string render_stream(const core::StreamRecord& r, const WallClock& clock, c
   put_text(j, "k8s_container", r.conn.k8s_container);
   j["local"] = r.conn.local.to_string();
   j["remote"] = r.conn.remote.to_string();
+}
+
+// What: the request and the response as the protocol and payloads told them.
+void put_exchange(json& j, const core::StreamRecord& r) {
   j["method"] = r.method;
   j["path"] = r.path;
   j["model"] = r.model;
   j["status"] = r.status;
   j["content_type"] = r.content_type;
-  j["framing"] = r.framing;
+  j["framing"] = protocol::to_string(r.framing);
   j["dialect"] = protocol::to_string(r.dialect);
   j["response_id"] = r.response_id;
   j["finish_reason"] = r.finish_reason;
   j["error_type"] = r.error_type;
   j["end"] = core::to_string(r.end);
   j["joined_midstream"] = r.joined_midstream;
+}
+
+void put_times(json& j, const core::StreamRecord& r) {
   put_ns(j, "request_start_ns", r.request_start_ns);
   put_ns(j, "request_end_ns", r.request_end_ns);
   put_ns(j, "response_head_ns", r.response_head_ns);
@@ -203,10 +206,13 @@ std::string render_stream(const core::StreamRecord& r, const WallClock& clock, c
   put_ns(j, "last_token_ns", r.last_token_ns);
   put_ns(j, "last_event_ns", r.last_event_ns);
   put_ns(j, "end_ns", r.end_ns);
+}
+
+void put_metrics(json& j, const core::StreamMetrics& m) {
   put_ms(j, "ttft_ms", m.ttft_ns);
   put_ms(j, "e2e_ms", m.e2e_ns);
   j["tokens"] = m.tokens;
-  j["token_source"] = m.token_source;
+  j["token_source"] = core::to_string(m.token_source);
   j["content_events"] = m.content_events;
   j["events"] = m.events;
   put_rate_and_gaps(j, m);
@@ -216,44 +222,67 @@ std::string render_stream(const core::StreamRecord& r, const WallClock& clock, c
     causes[cause] = causes.value(cause, 0) + 1;
   }
   j["stall_causes"] = std::move(causes);
-  if (r.peer_stream_id.empty()) {
-    j["peer_stream_id"] = nullptr;
-  } else {
-    j["peer_stream_id"] = r.peer_stream_id;
-  }
+}
+
+// Where the delay happened: the traced peer, the TCP context, the delivered
+// and gateway views.
+void put_path(json& j, const core::StreamRecord& r) {
+  j["peer_stream_id"] = r.peer_stream_id.empty() ? json(nullptr) : json(r.peer_stream_id);
   j["tcp"] = tcp_json(r.tcp);
   j["delivery"] = r.delivery ? delivery_json(*r.delivery) : json(nullptr);
   j["gateway"] = r.gateway ? gateway_json(*r.gateway) : json(nullptr);
+}
+
+void put_capture_quality(json& j, const core::StreamRecord& r) {
   j["truncated_events"] = r.truncated_events;
   j["bytes_not_captured"] = r.bytes_not_captured;
   j["bytes_lost"] = r.bytes_lost;
   j["parse_errors"] = r.parse_errors;
   j["body_bytes"] = r.body_bytes;
-  if (options.timeline) {
-    json timeline = json::array();
-    std::uint32_t index = 0;
-    for (const core::TimelineEvent& e : r.timeline) {
-      const core::PathTimes pt = index < r.path_times.size() ? r.path_times[index] : core::PathTimes{};
-      timeline.push_back(json{{"i", index++},
-                              {"ts_ns", e.ts_ns},
-                              {"first_byte_ns", e.first_byte_ns},
-                              {"offset", e.offset},
-                              {"bytes", e.wire_bytes},
-                              {"kind", protocol::to_string(e.kind)},
-                              {"truncated", e.truncated},
-                              {"syscall_us", static_cast<double>(e.syscall_ns) / 1000.0},
-                              {"batch", e.events_in_syscall},
-                              {"end_seq", e.end_seq},
-                              {"acked_ns", or_null(e.acked_ns)},
-                              {"arrived_ns", or_null(e.arrived_ns)},
-                              {"peer_ns", or_null(pt.peer_ns)},
-                              {"peer_arrived_ns", or_null(pt.peer_arrived_ns)},
-                              {"upstream_ns", or_null(pt.upstream_ns)},
-                              {"downstream_ns", or_null(pt.downstream_ns)},
-                              {"delivered_ns", or_null(pt.delivered_ns)}});
-    }
-    j["timeline"] = std::move(timeline);
+}
+
+json timeline_json(const core::StreamRecord& r) {
+  json timeline = json::array();
+  std::uint32_t index = 0;
+  for (const core::TimelineEvent& e : r.timeline) {
+    const core::PathTimes pt = index < r.path_times.size() ? r.path_times[index] : core::PathTimes{};
+    timeline.push_back(json{{"i", index++},
+                            {"ts_ns", e.ts_ns},
+                            {"first_byte_ns", e.first_byte_ns},
+                            {"offset", e.offset},
+                            {"bytes", e.wire_bytes},
+                            {"kind", protocol::to_string(e.kind)},
+                            {"truncated", e.truncated},
+                            {"syscall_us", static_cast<double>(e.syscall_ns) / 1000.0},
+                            {"batch", e.events_in_syscall},
+                            {"end_seq", e.end_seq},
+                            {"acked_ns", or_null(e.acked_ns)},
+                            {"arrived_ns", or_null(e.arrived_ns)},
+                            {"peer_ns", or_null(pt.peer_ns)},
+                            {"peer_arrived_ns", or_null(pt.peer_arrived_ns)},
+                            {"upstream_ns", or_null(pt.upstream_ns)},
+                            {"downstream_ns", or_null(pt.downstream_ns)},
+                            {"delivered_ns", or_null(pt.delivered_ns)}});
   }
+  return timeline;
+}
+
+}  // namespace
+
+std::string render_stream(const core::StreamRecord& r, const WallClock& clock, const RenderOptions& options) {
+  const std::uint64_t start_ns = r.request_start_ns ? r.request_start_ns : r.response_head_ns;
+  json j;
+  j["type"] = "stream";
+  j["schema_version"] = kSchemaVersion;
+  j["ts"] = clock.rfc3339(start_ns);
+  j["end_ts"] = clock.rfc3339(r.end_ns);
+  put_identity(j, r, options);
+  put_exchange(j, r);
+  put_times(j, r);
+  put_metrics(j, r.metrics);
+  put_path(j, r);
+  put_capture_quality(j, r);
+  if (options.timeline) j["timeline"] = timeline_json(r);
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -12,12 +12,22 @@
 //    body text after a newline must not look like framing.
 //  * A piece-start candidate cut by the end of the piece is held (bounded by
 //    kProbeCap) and decided when the next contiguous piece arrives.
-#include "protocol/http.h"
+#include "protocol/http1/parser.h"
 
 #include <algorithm>
 #include <cstring>
 
 namespace infertap::protocol {
+
+std::string_view to_string(BodyFraming f) {
+  switch (f) {
+    case BodyFraming::none: return "none";
+    case BodyFraming::content_length: return "content_length";
+    case BodyFraming::chunked: return "chunked";
+    case BodyFraming::until_close: return "until_close";
+  }
+  return "none";
+}
 
 std::string_view to_string(ParseError e) {
   switch (e) {
@@ -186,15 +196,17 @@ bool HttpParser::synced() const {
 
 void HttpParser::feed(std::span<const std::uint8_t> bytes, TimestampNs ts) {
   if (state_ == State::closed || bytes.empty()) return;
+  const std::uint64_t base = position_;
   position_ += bytes.size();
   last_ts_ = ts;
   const Byte* p = bytes.data();
   const Byte* const end = p + bytes.size();
   if (probe_.empty()) {
-    run(p, end, ts, true);
+    run(p, end, base, ts, true);
     return;
   }
   // A candidate from the start of an earlier piece is still undecided.
+  const std::uint64_t held_base = base - probe_.size();
   const std::size_t take = std::min<std::size_t>(bytes.size(), kProbeCap - probe_.size());
   probe_.append(reinterpret_cast<const char*>(p), take);
   Probe probe = evaluate(probe_, false);
@@ -206,15 +218,15 @@ void HttpParser::feed(std::span<const std::uint8_t> bytes, TimestampNs ts) {
     drop(probe_.size() - take, ts);
     probe_.clear();
     if (state_ == State::join) give_up_join();
-    run(p, end, ts, false);  // the rest of this piece is searched mid-piece
+    run(p, end, base, ts, false);  // the rest of this piece is searched mid-piece
     return;
   }
   const std::string held = std::move(probe_);
   probe_.clear();
   accept(probe, ts);
   const Byte* held_begin = reinterpret_cast<const Byte*>(held.data());
-  run(held_begin + probe.skip, held_begin + held.size(), ts, false);
-  run(p + take, end, ts, false);
+  run(held_begin + probe.skip, held_begin + held.size(), held_base + probe.skip, ts, false);
+  run(p + take, end, base + take, ts, false);
 }
 
 void HttpParser::gap(std::uint64_t n, TimestampNs ts) {
@@ -291,8 +303,10 @@ void HttpParser::close(TimestampNs ts) {
 
 // ---------------------------------------------------------------------------
 
-const HttpParser::Byte* HttpParser::run(const Byte* p, const Byte* end, TimestampNs ts, bool piece_start) {
+const HttpParser::Byte* HttpParser::run(const Byte* p, const Byte* end, std::uint64_t base, TimestampNs ts,
+                                        bool piece_start) {
   run_begin_ = p;
+  run_base_ = base;
   while (p < end) {
     switch (state_) {
       case State::join:
@@ -310,7 +324,7 @@ const HttpParser::Byte* HttpParser::run(const Byte* p, const Byte* end, Timestam
       case State::body_length:
       case State::chunk_data: {
         const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(remaining_, end - p));
-        sink_.on_body({p, take}, ts);
+        sink_.on_body({p, take}, run_base_ + static_cast<std::uint64_t>(p - run_begin_), ts);
         p += take;
         remaining_ -= take;
         if (remaining_ == 0) {
@@ -338,7 +352,7 @@ const HttpParser::Byte* HttpParser::run(const Byte* p, const Byte* end, Timestam
         break;
       case State::trailers: p = on_trailer_bytes(p, end, ts); break;
       case State::until_close:
-        sink_.on_body({p, static_cast<std::size_t>(end - p)}, ts);
+        sink_.on_body({p, static_cast<std::size_t>(end - p)}, run_base_ + static_cast<std::uint64_t>(p - run_begin_), ts);
         return end;
       case State::tunnel:
       case State::closed: return end;
@@ -551,155 +565,176 @@ const HttpParser::Byte* HttpParser::on_head_bytes(const Byte* p, const Byte* end
   return p;
 }
 
-void HttpParser::parse_head(TimestampNs ts) {
-  std::string_view rest(buf_);
-  auto next_line = [&rest]() {
+namespace {
+
+// "HTTP/1.x SSS[ reason]": false when malformed.
+bool parse_status_line(std::string_view line, ResponseHead* head) {
+  if (line.size() < 12 || !is_digit(line[9]) || !is_digit(line[10]) || !is_digit(line[11]) ||
+      (line.size() > 12 && line[12] != ' '))
+    return false;
+  *head = ResponseHead{};
+  head->version_minor = line[7] - '0';
+  head->status = (line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0');
+  return true;
+}
+
+// "METHOD SP target SP HTTP/1.x": false when malformed.
+bool parse_request_line(std::string_view line, RequestHead* head) {
+  const std::size_t sp1 = line.find(' ');
+  const std::size_t sp2 = line.rfind(' ');
+  const std::string_view version = sp2 == std::string_view::npos ? std::string_view{} : line.substr(sp2 + 1);
+  if (sp1 == std::string_view::npos || sp2 <= sp1 + 1 || version.size() != 8 || version.substr(0, 7) != "HTTP/1." ||
+      !is_digit(version[7]))
+    return false;
+  *head = RequestHead{};
+  head->version_minor = version[7] - '0';
+  head->method.assign(line.substr(0, sp1));
+  assign_capped(head->target, trim(line.substr(sp1 + 1, sp2 - sp1 - 1)), false);
+  return true;
+}
+
+// Content-Length: "" when valid, else why not.
+std::string_view take_content_length(std::string_view value, HeadFields& f) {
+  if (value.empty() || value.size() > 18 || !std::all_of(value.begin(), value.end(), [](char c) { return is_digit(c); }))
+    return "invalid Content-Length";
+  std::uint64_t v = 0;
+  for (char c : value) v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  if (f.has_length && v != f.length) return "conflicting Content-Length";
+  f.has_length = true;
+  f.length = v;
+  return {};
+}
+
+void take_connection_tokens(std::string_view tokens, HeadFields& f) {
+  while (!tokens.empty()) {
+    const std::size_t comma = tokens.find(',');
+    const std::string_view token = trim(tokens.substr(0, comma));
+    if (iequals(token, "close")) f.conn_close = true;
+    if (iequals(token, "keep-alive")) f.conn_keep_alive = true;
+    tokens.remove_prefix(comma == std::string_view::npos ? tokens.size() : comma + 1);
+  }
+}
+
+bool is_event_stream(std::string_view media) {
+  return media.substr(0, 17) == "text/event-stream" && (media.size() == 17 || media[17] == ';' || media[17] == ' ');
+}
+
+// Splits a head into lines without their CR.
+struct LineReader {
+  std::string_view rest;
+  std::string_view next() {
     const std::size_t lf = rest.find('\n');
     std::string_view line = rest.substr(0, lf);
     rest.remove_prefix(lf == std::string_view::npos ? rest.size() : lf + 1);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     return line;
-  };
-
-  // Start line.
-  std::string_view line = next_line();
-  int version_minor = 1;
-  int status = 0;
-  if (mode_ == Mode::response) {
-    // "HTTP/1.x SSS[ reason]"
-    if (line.size() < 12 || !is_digit(line[9]) || !is_digit(line[10]) || !is_digit(line[11]) ||
-        (line.size() > 12 && line[12] != ' ')) {
-      lose_sync(ParseError::bad_start_line, "malformed status line");
-      return;
-    }
-    version_minor = line[7] - '0';
-    status = (line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0');
-    if (status < 100) {
-      lose_sync(ParseError::bad_start_line, "status code out of range");
-      return;
-    }
-    response_ = ResponseHead{};
-    response_.status = status;
-    response_.version_minor = version_minor;
-  } else {
-    // "METHOD SP target SP HTTP/1.x"
-    const std::size_t sp1 = line.find(' ');
-    const std::size_t sp2 = line.rfind(' ');
-    const std::string_view version = sp2 == std::string_view::npos ? std::string_view{} : line.substr(sp2 + 1);
-    if (sp1 == std::string_view::npos || sp2 <= sp1 + 1 || version.size() != 8 ||
-        version.substr(0, 7) != "HTTP/1." || !is_digit(version[7])) {
-      lose_sync(ParseError::bad_start_line, "malformed request line");
-      return;
-    }
-    version_minor = version[7] - '0';
-    request_.method.assign(line.substr(0, sp1));
-    assign_capped(request_.target, trim(line.substr(sp1 + 1, sp2 - sp1 - 1)), false);
-    request_.host.clear();
-    request_.content_type.clear();
-    request_.user_agent.clear();
-    request_.framing = BodyFraming::none;
-    request_.content_length = 0;
-    request_.version_minor = version_minor;
   }
+};
 
-  // Header fields.
-  bool has_length = false;
-  std::uint64_t length = 0;
-  bool has_te = false;
-  bool te_chunked_last = false;
-  bool conn_close = false;
-  bool conn_keep_alive = false;
-  while (!rest.empty()) {
-    line = next_line();
+}  // namespace
+
+void HttpParser::parse_head(TimestampNs ts) {
+  LineReader lines{buf_};
+  const std::string_view start_line = lines.next();
+  if (mode_ == Mode::response) {
+    if (!parse_status_line(start_line, &response_)) return lose_sync(ParseError::bad_start_line, "malformed status line");
+    if (response_.status < 100) return lose_sync(ParseError::bad_start_line, "status code out of range");
+  } else if (!parse_request_line(start_line, &request_)) {
+    return lose_sync(ParseError::bad_start_line, "malformed request line");
+  }
+  HeadFields fields;
+  while (!lines.rest.empty()) {
+    const std::string_view line = lines.next();
     if (line.empty()) break;
-    if (line.front() == ' ' || line.front() == '\t') continue;  // obsolete line folding: ignore
-    const std::size_t colon = line.find(':');
-    if (colon == std::string_view::npos || colon == 0) {
-      sink_.on_error(ParseError::bad_header, "header line without a field name");
-      continue;  // lenient: one bad line does not lose the message
-    }
-    const std::string_view name = trim(line.substr(0, colon));
-    const std::string_view value = trim(line.substr(colon + 1));
-    if (iequals(name, "content-length")) {
-      std::uint64_t v = 0;
-      if (value.empty() || value.size() > 18 ||
-          !std::all_of(value.begin(), value.end(), [](char c) { return is_digit(c); })) {
-        lose_sync(ParseError::bad_header, "invalid Content-Length");
-        return;
-      }
-      for (char c : value) v = v * 10 + (c - '0');
-      if (has_length && v != length) {
-        lose_sync(ParseError::bad_header, "conflicting Content-Length");
-        return;
-      }
-      has_length = true;
-      length = v;
-    } else if (iequals(name, "transfer-encoding")) {
-      has_te = true;
-      const std::size_t comma = value.rfind(',');
-      const std::string_view last = trim(comma == std::string_view::npos ? value : value.substr(comma + 1));
-      te_chunked_last = iequals(last, "chunked");
-    } else if (iequals(name, "connection")) {
-      std::string_view tokens = value;
-      while (!tokens.empty()) {
-        const std::size_t comma = tokens.find(',');
-        const std::string_view token = trim(tokens.substr(0, comma));
-        if (iequals(token, "close")) conn_close = true;
-        if (iequals(token, "keep-alive")) conn_keep_alive = true;
-        tokens.remove_prefix(comma == std::string_view::npos ? tokens.size() : comma + 1);
-      }
-    } else if (iequals(name, "content-type")) {
-      assign_capped(mode_ == Mode::response ? response_.content_type : request_.content_type, value, true);
-    } else if (mode_ == Mode::request && iequals(name, "host")) {
-      assign_capped(request_.host, value, false);
-    } else if (mode_ == Mode::request && iequals(name, "user-agent")) {
-      assign_capped(request_.user_agent, value, false);
-    }
+    if (!parse_header_line(line, fields)) return;
   }
-
-  BodyFraming framing = BodyFraming::none;
+  const std::optional<BodyFraming> framing = mode_ == Mode::response ? response_framing(fields) : request_framing(fields);
+  if (!framing) return;
   if (mode_ == Mode::response) {
-    // RFC 9112 6.3: 1xx, 204, 304 and answers to HEAD have no body.
-    const bool interim = status < 200;
-    const bool head_answer = !interim && expect_head_response_;
-    if (!interim) expect_head_response_ = false;
-    if (interim || head_answer || status == 204 || status == 304) {
-      framing = BodyFraming::none;
-    } else if (has_te) {
-      framing = te_chunked_last ? BodyFraming::chunked : BodyFraming::until_close;
-    } else if (has_length) {
-      framing = BodyFraming::content_length;
-    } else {
-      framing = BodyFraming::until_close;
-    }
-    response_.framing = framing;
-    response_.content_length = framing == BodyFraming::content_length ? length : 0;
-    response_.keep_alive = !conn_close && (version_minor >= 1 || conn_keep_alive);
-    const std::string_view media = response_.content_type;
-    response_.event_stream = media.substr(0, 17) == "text/event-stream" &&
-                             (media.size() == 17 || media[17] == ';' || media[17] == ' ');
     sink_.on_response_head(response_, ts);
   } else {
-    if (has_te) {
-      if (!te_chunked_last) {
-        lose_sync(ParseError::bad_header, "request transfer-coding does not end in chunked");
-        return;
-      }
-      framing = BodyFraming::chunked;
-    } else if (has_length) {
-      framing = BodyFraming::content_length;
-    }
-    request_.framing = framing;
-    request_.content_length = framing == BodyFraming::content_length ? length : 0;
     sink_.on_request_head(request_, ts);
   }
-
   buf_.clear();
   if (buf_.capacity() > 4096) buf_.shrink_to_fit();  // an unusually large head: give the memory back
+  enter_body(*framing, fields.length, ts);
+}
+
+// One header field; false when it lost the message (the parser resyncs).
+bool HttpParser::parse_header_line(std::string_view line, HeadFields& fields) {
+  if (line.front() == ' ' || line.front() == '\t') return true;  // obsolete line folding: ignore
+  const std::size_t colon = line.find(':');
+  if (colon == std::string_view::npos || colon == 0) {
+    sink_.on_error(ParseError::bad_header, "header line without a field name");
+    return true;  // lenient: one bad line does not lose the message
+  }
+  const std::string_view name = trim(line.substr(0, colon));
+  const std::string_view value = trim(line.substr(colon + 1));
+  if (iequals(name, "content-length")) {
+    if (const std::string_view problem = take_content_length(value, fields); !problem.empty()) {
+      lose_sync(ParseError::bad_header, problem);
+      return false;
+    }
+  } else if (iequals(name, "transfer-encoding")) {
+    fields.has_te = true;
+    const std::size_t comma = value.rfind(',');
+    fields.te_chunked_last = iequals(trim(comma == std::string_view::npos ? value : value.substr(comma + 1)), "chunked");
+  } else if (iequals(name, "connection")) {
+    take_connection_tokens(value, fields);
+  } else if (iequals(name, "content-type")) {
+    assign_capped(mode_ == Mode::response ? response_.content_type : request_.content_type, value, true);
+  } else if (mode_ == Mode::request && iequals(name, "host")) {
+    assign_capped(request_.host, value, false);
+  } else if (mode_ == Mode::request && iequals(name, "user-agent")) {
+    assign_capped(request_.user_agent, value, false);
+  }
+  return true;
+}
+
+// RFC 9112 6.3: 1xx, 204, 304 and answers to HEAD have no body.
+std::optional<BodyFraming> HttpParser::response_framing(const HeadFields& f) {
+  const int status = response_.status;
+  const bool interim = status < 200;
+  const bool head_answer = !interim && expect_head_response_;
+  if (!interim) expect_head_response_ = false;
+  BodyFraming framing;
+  if (interim || head_answer || status == 204 || status == 304) {
+    framing = BodyFraming::none;
+  } else if (f.has_te) {
+    framing = f.te_chunked_last ? BodyFraming::chunked : BodyFraming::until_close;
+  } else if (f.has_length) {
+    framing = BodyFraming::content_length;
+  } else {
+    framing = BodyFraming::until_close;
+  }
+  response_.framing = framing;
+  response_.content_length = framing == BodyFraming::content_length ? f.length : 0;
+  response_.keep_alive = !f.conn_close && (response_.version_minor >= 1 || f.conn_keep_alive);
+  response_.event_stream = is_event_stream(response_.content_type);
+  return framing;
+}
+
+std::optional<BodyFraming> HttpParser::request_framing(const HeadFields& f) {
+  BodyFraming framing = BodyFraming::none;
+  if (f.has_te) {
+    if (!f.te_chunked_last) {
+      lose_sync(ParseError::bad_header, "request transfer-coding does not end in chunked");
+      return std::nullopt;
+    }
+    framing = BodyFraming::chunked;
+  } else if (f.has_length) {
+    framing = BodyFraming::content_length;
+  }
+  request_.framing = framing;
+  request_.content_length = framing == BodyFraming::content_length ? f.length : 0;
+  return framing;
+}
+
+void HttpParser::enter_body(BodyFraming framing, std::uint64_t length, TimestampNs ts) {
   switch (framing) {
     case BodyFraming::none:
       end_message(ts);
-      if (status == 101) state_ = State::tunnel;  // upgraded: no longer HTTP/1
+      if (mode_ == Mode::response && response_.status == 101) state_ = State::tunnel;  // upgraded: no longer HTTP/1
       break;
     case BodyFraming::content_length:
       if (length == 0) {

@@ -20,18 +20,6 @@ StreamRecord record_with_tokens(std::initializer_list<std::uint64_t> token_times
   return r;
 }
 
-TEST(Percentile, NearestRank) {
-  EXPECT_FALSE(percentile({}, 50).has_value());
-  EXPECT_EQ(*percentile({5}, 99), 5u);
-  EXPECT_EQ(*percentile({1, 2, 3, 4}, 50), 2u);
-  EXPECT_EQ(*percentile({4, 3, 2, 1}, 75), 3u);
-  EXPECT_EQ(*percentile({1, 2, 3, 4}, 100), 4u);
-  std::vector<std::uint64_t> hundred;
-  for (std::uint64_t i = 1; i <= 100; ++i) hundred.push_back(i);
-  EXPECT_EQ(*percentile(hundred, 95), 95u);
-  EXPECT_EQ(*percentile(hundred, 99), 99u);
-}
-
 TEST(Metrics, TtftItlRateAndE2eFollowTheirDefinitions) {
   StreamRecord r = record_with_tokens({110, 120, 140, 150}, 100);
   TimelineEvent done;
@@ -43,7 +31,7 @@ TEST(Metrics, TtftItlRateAndE2eFollowTheirDefinitions) {
   EXPECT_EQ(*r.metrics.ttft_ns, 10 * kMs);
   EXPECT_EQ(*r.metrics.e2e_ns, 60 * kMs);
   EXPECT_EQ(r.metrics.tokens, 4u);
-  EXPECT_EQ(r.metrics.token_source, "events");
+  EXPECT_EQ(r.metrics.token_source, core::TokenSource::events);
   EXPECT_EQ(r.metrics.events, 5u);
   EXPECT_EQ(r.metrics.content_events, 4u);
   EXPECT_EQ(*r.metrics.itl_p50_ns, 10 * kMs);  // gaps 10, 20, 10
@@ -55,7 +43,7 @@ TEST(Metrics, UsageTokensScaleTheRateByEventShare) {
   StreamRecord r = record_with_tokens({0, 100}, 0);
   compute_metrics(r, 10, PipelineConfig{});  // 10 tokens in 2 events: 5 after the first
   EXPECT_EQ(r.metrics.tokens, 10u);
-  EXPECT_EQ(r.metrics.token_source, "usage");
+  EXPECT_EQ(r.metrics.token_source, core::TokenSource::usage);
   EXPECT_NEAR(*r.metrics.tokens_per_s, 5.0 / 0.1, 1e-9);
 }
 

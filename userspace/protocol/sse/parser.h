@@ -15,9 +15,9 @@
 #include <string>
 #include <string_view>
 
-namespace infertap::protocol {
+#include "protocol/stream.h"
 
-using TimestampNs = std::uint64_t;
+namespace infertap::protocol {
 
 struct SseEvent {
   std::string_view type;  // "" when no event: field (means "message")
@@ -64,6 +64,9 @@ class SseParser {
     skip_event,     // discarding up to the next empty line
   };
   void consume(const char* p, const char* end, TimestampNs ts);
+  const char* skip_rest_of_line(const char* p, const char* end);
+  const char* skip_to_event_end(const char* p, const char* end);
+  const char* parse_line(const char* p, const char* end, TimestampNs ts, std::uint64_t offset);
   const char* decide(const char* p, const char* end, TimestampNs ts, std::uint64_t offset);
   const char* skip_terminator(const char* p, const char* end);
   void process_line(std::string_view line);

@@ -1,4 +1,4 @@
-#include "protocol/sse.h"
+#include "protocol/sse/parser.h"
 
 #include <gtest/gtest.h>
 

@@ -8,13 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
-namespace infertap::protocol {
+#include "protocol/stream.h"
 
-using TimestampNs = std::uint64_t;  // CLOCK_MONOTONIC nanoseconds
+namespace infertap::protocol {
 
 enum class BodyFraming : std::uint8_t {
   none,            // no body (e.g. GET request, 204/304, HEAD response)
@@ -22,6 +23,7 @@ enum class BodyFraming : std::uint8_t {
   chunked,         // Transfer-Encoding: chunked
   until_close,     // response without length: body ends when the connection closes
 };
+std::string_view to_string(BodyFraming f);  // "none" | "content_length" | "chunked" | "until_close"
 
 struct RequestHead {
   std::string method;        // "POST"
@@ -62,13 +64,24 @@ enum class ParseError : std::uint8_t {
 
 std::string_view to_string(ParseError e);
 
+// What a head's fields say about its body's framing and connection reuse.
+struct HeadFields {
+  bool has_length = false;
+  std::uint64_t length = 0;
+  bool has_te = false;
+  bool te_chunked_last = false;
+  bool conn_close = false;
+  bool conn_keep_alive = false;
+};
+
 // Callbacks of one direction of a connection. Body bytes are de-chunked.
 class HttpMessageSink {
  public:
   virtual ~HttpMessageSink() = default;
   virtual void on_request_head(const RequestHead&, TimestampNs) {}
   virtual void on_response_head(const ResponseHead&, TimestampNs) {}
-  virtual void on_body(std::span<const std::uint8_t> /*bytes*/, TimestampNs) {}
+  // `position`: the stream position of bytes[0] (HttpParser::position() counts).
+  virtual void on_body(std::span<const std::uint8_t> /*bytes*/, std::uint64_t /*position*/, TimestampNs) {}
   // n body bytes went by without being captured (exact when the hole was inside
   // chunk data, an upper bound when it also covered framing).
   virtual void on_body_gap(std::uint64_t /*n*/, TimestampNs) {}
@@ -130,7 +143,8 @@ class HttpParser {
   };
 
   using Byte = std::uint8_t;
-  const Byte* run(const Byte* p, const Byte* end, TimestampNs ts, bool piece_start);
+  // `base`: stream position of p.
+  const Byte* run(const Byte* p, const Byte* end, std::uint64_t base, TimestampNs ts, bool piece_start);
   const Byte* on_head_bytes(const Byte* p, const Byte* end, TimestampNs ts);
   const Byte* on_chunk_size_bytes(const Byte* p, const Byte* end, TimestampNs ts);
   const Byte* on_trailer_bytes(const Byte* p, const Byte* end, TimestampNs ts);
@@ -138,6 +152,10 @@ class HttpParser {
   void accept(const Probe& probe, TimestampNs ts);
   Probe evaluate(std::string_view s, bool mid_piece) const;
   void parse_head(TimestampNs ts);
+  bool parse_header_line(std::string_view line, HeadFields& fields);
+  std::optional<BodyFraming> response_framing(const HeadFields& fields);
+  std::optional<BodyFraming> request_framing(const HeadFields& fields);
+  void enter_body(BodyFraming framing, std::uint64_t length, TimestampNs ts);
   void parse_chunk_size_line(std::string_view line);
   void drop(std::uint64_t n, TimestampNs ts);
   void give_up_join();
@@ -163,6 +181,7 @@ class HttpParser {
   TimestampNs lost_ts_ = 0;          // time of the last byte dropped while resynchronising
   TimestampNs last_ts_ = 0;          // time of the latest piece or hole
   const Byte* run_begin_ = nullptr;  // start of the buffer run() is working on
+  std::uint64_t run_base_ = 0;       // its stream position
   std::string buf_;                  // head bytes or a chunk-size line split across pieces
   std::string probe_;                // start of a piece held while deciding how to resync
   RequestHead request_;

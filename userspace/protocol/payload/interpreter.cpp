@@ -7,7 +7,7 @@
 //    "non-empty" if it has a character, but its value is never reported as a
 //    whole (a cut model name is not a model name). Numbers cut at the end are
 //    ignored (12 could be 123). Containers cut at the end are never "closed".
-#include "protocol/payload.h"
+#include "protocol/payload/interpreter.h"
 
 #include <simdjson.h>
 

@@ -1,4 +1,4 @@
-#include "protocol/payload.h"
+#include "protocol/payload/interpreter.h"
 
 #include <gtest/gtest.h>
 

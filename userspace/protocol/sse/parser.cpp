@@ -28,7 +28,7 @@
 // its terminating empty line. When that line ends in a CR that is the last
 // byte of a piece, the event is dispatched at once and a LF starting the next
 // piece is swallowed as the rest of the CRLF (it belongs to no event).
-#include "protocol/sse.h"
+#include "protocol/sse/parser.h"
 
 #include <algorithm>
 #include <cstring>
@@ -254,16 +254,21 @@ const char* SseParser::decide(const char* p, const char* end, TimestampNs ts, st
   return p;
 }
 
+namespace {
+
+// The first line terminator (CR or LF) in [from, to), or null.
+const char* find_eol(const char* from, const char* to) {
+  const auto* lf = static_cast<const char*>(std::memchr(from, '\n', to - from));
+  const auto* cr = static_cast<const char*>(std::memchr(from, '\r', (lf != nullptr ? lf : to) - from));
+  return cr != nullptr ? cr : lf;
+}
+
+}  // namespace
+
 void SseParser::consume(const char* p, const char* end, TimestampNs ts) {
   const char* const begin = p;
   const std::uint64_t base = offset_;
-  auto offset_of = [&](const char* x) { return base + static_cast<std::uint64_t>(x - begin); };
-  auto find_eol = [](const char* from, const char* to) -> const char* {
-    const auto* lf = static_cast<const char*>(std::memchr(from, '\n', to - from));
-    const auto* cr = static_cast<const char*>(std::memchr(from, '\r', (lf != nullptr ? lf : to) - from));
-    return cr != nullptr ? cr : lf;
-  };
-
+  const auto offset_of = [&](const char* x) { return base + static_cast<std::uint64_t>(x - begin); };
   if (pending_cr_ && p < end) {
     pending_cr_ = false;
     if (*p == '\n') ++p;
@@ -272,77 +277,75 @@ void SseParser::consume(const char* p, const char* end, TimestampNs ts) {
     switch (mode_) {
       case Mode::after_gap:
       case Mode::resync_decide: p = decide(p, end, ts, offset_of(p)); break;
-
-      case Mode::skip_line: {
-        const char* eol = find_eol(p, end);
-        if (eol == nullptr) {
-          discarded_ += end - p;
-          p = end;
-          break;
-        }
-        discarded_ += eol - p;
-        p = skip_terminator(eol, end);
-        mode_ = Mode::normal;
-        break;
-      }
-
-      case Mode::skip_event: {
-        if (*p == '\r' || *p == '\n') {
-          const bool blank = skip_at_line_start_;
-          const char* next = skip_terminator(p, end);
-          discarded_ += next - p;
-          p = next;
-          skip_at_line_start_ = true;
-          if (blank) mode_ = Mode::normal;  // found the event boundary
-          break;
-        }
-        skip_at_line_start_ = false;
-        const char* eol = find_eol(p, end);
-        const char* stop = eol != nullptr ? eol : end;
-        discarded_ += stop - p;
-        p = stop;
-        break;
-      }
-
-      case Mode::normal: {
-        if (!line_open_) {
-          if (*p == '\r' || *p == '\n') {  // empty line: event boundary
-            p = skip_terminator(p, end);
-            dispatch(ts, offset_of(p));
-            break;
-          }
-          if (!in_event_) {
-            in_event_ = true;
-            event_offset_ = offset_of(p);
-            first_byte_ts_ = ts;
-          }
-        }
-        const char* eol = find_eol(p, end);
-        if (eol == nullptr) {
-          // The line continues in the next piece.
-          // Bytes past kMaxLine are dropped; a data line that long trips the
-          // data cap (and sets truncated) when processed.
-          const std::size_t room = kMaxLine - std::min(kMaxLine, line_.size());
-          line_.append(p, std::min(static_cast<std::size_t>(end - p), room));
-          line_open_ = true;
-          p = end;
-          break;
-        }
-        if (line_open_) {
-          const std::size_t room = kMaxLine - std::min(kMaxLine, line_.size());
-          line_.append(p, std::min(static_cast<std::size_t>(eol - p), room));
-          process_line(line_);
-          line_.clear();
-          line_open_ = false;
-        } else {
-          process_line({p, static_cast<std::size_t>(eol - p)});
-        }
-        p = skip_terminator(eol, end);
-        break;
-      }
+      case Mode::skip_line: p = skip_rest_of_line(p, end); break;
+      case Mode::skip_event: p = skip_to_event_end(p, end); break;
+      case Mode::normal: p = parse_line(p, end, ts, offset_of(p)); break;
     }
   }
   offset_ = base + static_cast<std::uint64_t>(end - begin);
+}
+
+// Discards the rest of a line whose start was in a hole.
+const char* SseParser::skip_rest_of_line(const char* p, const char* end) {
+  const char* eol = find_eol(p, end);
+  if (eol == nullptr) {
+    discarded_ += end - p;
+    return end;
+  }
+  discarded_ += eol - p;
+  mode_ = Mode::normal;
+  return skip_terminator(eol, end);
+}
+
+// Discards bytes up to the next empty line (an event boundary).
+const char* SseParser::skip_to_event_end(const char* p, const char* end) {
+  if (*p == '\r' || *p == '\n') {
+    const bool blank = skip_at_line_start_;
+    const char* next = skip_terminator(p, end);
+    discarded_ += next - p;
+    skip_at_line_start_ = true;
+    if (blank) mode_ = Mode::normal;  // found the event boundary
+    return next;
+  }
+  skip_at_line_start_ = false;
+  const char* eol = find_eol(p, end);
+  const char* stop = eol != nullptr ? eol : end;
+  discarded_ += stop - p;
+  return stop;
+}
+
+// One line (or the part of it in this piece); `offset` is p's body offset.
+const char* SseParser::parse_line(const char* p, const char* end, TimestampNs ts, std::uint64_t offset) {
+  if (!line_open_) {
+    if (*p == '\r' || *p == '\n') {  // empty line: event boundary
+      const char* next = skip_terminator(p, end);
+      dispatch(ts, offset + static_cast<std::uint64_t>(next - p));
+      return next;
+    }
+    if (!in_event_) {
+      in_event_ = true;
+      event_offset_ = offset;
+      first_byte_ts_ = ts;
+    }
+  }
+  const char* eol = find_eol(p, end);
+  // Bytes past kMaxLine are dropped; a data line that long trips the data cap
+  // (and sets truncated) when processed.
+  const std::size_t room = kMaxLine - std::min(kMaxLine, line_.size());
+  if (eol == nullptr) {  // the line continues in the next piece
+    line_.append(p, std::min(static_cast<std::size_t>(end - p), room));
+    line_open_ = true;
+    return end;
+  }
+  if (line_open_) {
+    line_.append(p, std::min(static_cast<std::size_t>(eol - p), room));
+    process_line(line_);
+    line_.clear();
+    line_open_ = false;
+  } else {
+    process_line({p, static_cast<std::size_t>(eol - p)});
+  }
+  return skip_terminator(eol, end);
 }
 
 }  // namespace infertap::protocol

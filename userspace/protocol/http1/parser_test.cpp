@@ -1,6 +1,6 @@
-#include "protocol/http.h"
-#include "protocol/payload.h"
-#include "protocol/sse.h"
+#include "protocol/http1/parser.h"
+#include "protocol/payload/interpreter.h"
+#include "protocol/sse/parser.h"
 
 #include <gtest/gtest.h>
 
@@ -21,6 +21,7 @@ struct Recorder : HttpMessageSink {
   std::vector<RequestHead> requests;
   std::vector<TimestampNs> head_ts;
   std::string body;
+  std::vector<std::uint64_t> positions;  // stream position of each body piece
   std::vector<std::string> bodies;  // one per completed message
   std::vector<TimestampNs> end_ts;
   std::vector<ParseError> errors;
@@ -33,7 +34,8 @@ struct Recorder : HttpMessageSink {
     responses.push_back(h);
     head_ts.push_back(ts);
   }
-  void on_body(std::span<const std::uint8_t> b, TimestampNs) override {
+  void on_body(std::span<const std::uint8_t> b, std::uint64_t position, TimestampNs) override {
+    positions.push_back(position);
     body.append(reinterpret_cast<const char*>(b.data()), b.size());
   }
   void on_body_gap(std::uint64_t n, TimestampNs) override { body += "<gap " + std::to_string(n) + ">"; }
@@ -97,6 +99,22 @@ TEST(HttpParser, ChunkedEventStreamResponse) {
   EXPECT_TRUE(rec.errors.empty());
   EXPECT_EQ(parser.position(), wire.size());
   EXPECT_TRUE(parser.synced());
+}
+
+// Each body piece says where its first byte sits in the stream, across chunk
+// framing, pieces and holes: what lets an event be placed on the wire.
+TEST(HttpParser, BodyBytesCarryTheirStreamPosition) {
+  Recorder rec;
+  HttpParser parser(HttpParser::Mode::response, rec);
+  const std::string first = chunk("data: a\n\n"), second = chunk("data: b\n\n");  // "9\r\n" + 9 + "\r\n"
+  const std::string wire = kSseHead + first + second;
+  const std::size_t h = kSseHead.size(), f = first.size();
+  parser.feed(bytes(std::string_view(wire).substr(0, h + 5)), 1);      // head, "9\r\nda"
+  parser.feed(bytes(std::string_view(wire).substr(h + 5, f)), 2);      // the rest of chunk 1, "9\r\nda" of chunk 2
+  parser.gap(3, 3);                                                    // "ta:" inside chunk 2's data
+  parser.feed(bytes(std::string_view(wire).substr(h + f + 8)), 4);     // " b\n\n\r\n"
+  EXPECT_EQ(rec.positions, (std::vector<std::uint64_t>{h + 3, h + 5, h + f + 3, h + f + 8}));
+  EXPECT_EQ(parser.position(), wire.size());
 }
 
 TEST(HttpParser, SplitAtEveryBytePosition) {
@@ -562,7 +580,7 @@ TEST(HttpParser, EndToEndCapturedLongEvent) {
       meanings.push_back(interpret_event(e.type, e.data, e.truncated));
       ts.push_back(e.ts);
     }};
-    void on_body(std::span<const std::uint8_t> b, TimestampNs t) override { sse.feed(b, t); }
+    void on_body(std::span<const std::uint8_t> b, std::uint64_t, TimestampNs t) override { sse.feed(b, t); }
     void on_body_gap(std::uint64_t n, TimestampNs t) override { sse.gap(n, t); }
     void on_message_end(TimestampNs t) override { sse.end(t); }
   } pipe;

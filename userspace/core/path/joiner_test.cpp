@@ -2,7 +2,7 @@
 // connection join by TCP sequence, a gateway's legs join by content, records
 // wait only as long as their partners can still come, and each stall is
 // charged to the hop that added it.
-#include "core/path.h"
+#include "core/path/joiner.h"
 
 #include "core/metrics.h"
 
@@ -69,13 +69,27 @@ StreamRecord stream(const Side& s, int n, At at, std::uint32_t end_seq0 = 5000) 
   return r;
 }
 
-class PathJoinerTest : public ::testing::Test {
+class PathJoinerTest : public ::testing::Test, public PathPartners {
  protected:
-  PathJoiner joiner{config_, [this](StreamRecord&& r) { out_.push_back(std::move(r)); },
-                    [this](const Endpoint&, const Endpoint&) { return peer_; },
-                    [this](const StreamRecord& r) {
-                      return r.conn.pid == gateway_pid_ ? gateway_ : PathJoiner::Activity::none;
-                    }};
+  // What the pipeline would say of the streams in flight.
+  Activity peer(const Endpoint&, const Endpoint&) const override { return peer_; }
+  Activity gateway_leg(const StreamRecord& r) const override {
+    return r.conn.pid == gateway_pid_ ? gateway_ : Activity::none;
+  }
+  // The joiner under test; what it releases is collected in out_.
+  struct Joiner {
+    PathJoinerTest& t;
+    PathJoiner joiner{t.config_};
+    void keep(std::vector<StreamRecord>&& released) {
+      for (StreamRecord& r : released) t.out_.push_back(std::move(r));
+    }
+    void add(StreamRecord&& r, TimestampNs now) { keep(joiner.add(std::move(r), now, t)); }
+    void release_due(TimestampNs now) { keep(joiner.release_due(now, t)); }
+    void release_all() { keep(joiner.release_all()); }
+    void on_signal(std::uint64_t sock, std::uint64_t generation, const capture::DeliverySignal& s) {
+      joiner.on_signal(sock, generation, s);
+    }
+  } joiner{*this};
   const StreamRecord* find(Role role, std::uint32_t pid) const {
     for (const auto& r : out_)
       if (r.role == role && r.conn.pid == pid) return &r;
@@ -84,8 +98,8 @@ class PathJoinerTest : public ::testing::Test {
 
   PipelineConfig config_;
   std::vector<StreamRecord> out_;
-  PathJoiner::Activity peer_ = PathJoiner::Activity::none;
-  PathJoiner::Activity gateway_ = PathJoiner::Activity::none;
+  PathPartners::Activity peer_ = PathPartners::Activity::none;
+  PathPartners::Activity gateway_ = PathPartners::Activity::none;
   std::uint32_t gateway_pid_ = 0;  // the process that follows connections in both roles
 };
 
@@ -93,7 +107,7 @@ const Side kServer{Role::server, 100, 1, ep(1, 8000), ep(2, 40000), "vllm"};
 const Side kClient{Role::client, 200, 2, ep(2, 40000), ep(1, 8000), "client"};
 
 TEST_F(PathJoinerTest, BothEndsJoinBySequenceAndTheServerGetsTheClientsView) {
-  peer_ = PathJoiner::Activity::streaming;  // the client's connection is followed
+  peer_ = PathPartners::Activity::streaming;  // the client's connection is followed
   joiner.add(stream(kServer, 20, [](int i) { return kT0 + 20 * kMs + i * 10 * kMs; }), kT0 + 300 * kMs);
   EXPECT_TRUE(out_.empty()) << "the server record waits for its traced peer";
   // The client reads every event 2 ms after the send, and one 300 ms late.
@@ -109,7 +123,7 @@ TEST_F(PathJoinerTest, BothEndsJoinBySequenceAndTheServerGetsTheClientsView) {
   EXPECT_EQ(s->path_times[3].peer_ns, c->timeline[3].ts_ns);
   EXPECT_EQ(c->path_times[3].peer_ns, s->timeline[3].ts_ns);
   ASSERT_TRUE(s->delivery);
-  EXPECT_EQ(s->delivery->vantage, "read");
+  EXPECT_EQ(s->delivery->vantage, Vantage::read);
   EXPECT_EQ(s->delivery->path, "vllm>client");
   EXPECT_EQ(*s->delivery->ttft_added_ns, 2 * kMs);
   ASSERT_EQ(s->delivery->metrics.stalls.size(), 1u);
@@ -121,7 +135,7 @@ TEST_F(PathJoinerTest, BothEndsJoinBySequenceAndTheServerGetsTheClientsView) {
 }
 
 TEST_F(PathJoinerTest, AServerPauseIsTheModelsAtEveryVantage) {
-  peer_ = PathJoiner::Activity::streaming;
+  peer_ = PathPartners::Activity::streaming;
   const auto sent = [](int i) { return kT0 + 20 * kMs + i * 10 * kMs + (i >= 10 ? 300 * kMs : 0); };
   joiner.add(stream(kServer, 20, sent), kT0 + 600 * kMs);
   joiner.add(stream(kClient, 20, [&](int i) { return sent(i) + kMs; }), kT0 + 600 * kMs);
@@ -146,8 +160,8 @@ TEST_F(PathJoinerTest, GatewayLegsJoinByContentAndHeldEventsAreGatewayBuffering)
   const auto sent = [](int i) { return kT0 + 20 * kMs + i * 10 * kMs; };
   // The gateway sends what it read in groups of 12 events, 120 ms at a time.
   const auto flushed = [&](int i) { return sent((i / 12) * 12 + 11) + 1 * kMs; };
-  peer_ = PathJoiner::Activity::streaming;
-  gateway_ = PathJoiner::Activity::idle;
+  peer_ = PathPartners::Activity::streaming;
+  gateway_ = PathPartners::Activity::idle;
   gateway_pid_ = 300;
   joiner.add(stream(server, 24, sent, 5000), kT0 + 300 * kMs);
   joiner.add(stream(up, 24, [&](int i) { return sent(i) + kMs / 10; }, 5000), kT0 + 300 * kMs);
@@ -170,7 +184,7 @@ TEST_F(PathJoinerTest, GatewayLegsJoinByContentAndHeldEventsAreGatewayBuffering)
 
   const StreamRecord* g = nullptr;
   for (const auto& r : out_)
-    if (r.gateway && r.gateway->leg == "downstream") g = &r;
+    if (r.gateway && r.gateway->leg == GatewayLeg::Side::downstream) g = &r;
   ASSERT_TRUE(g);
   EXPECT_EQ(g->gateway->events_matched, 24u);
   EXPECT_EQ(g->gateway->max_events_per_send, 12u);
@@ -179,7 +193,7 @@ TEST_F(PathJoinerTest, GatewayLegsJoinByContentAndHeldEventsAreGatewayBuffering)
 }
 
 TEST_F(PathJoinerTest, ARecordWaitsOnlyWhileItsPartnerCanStillCome) {
-  peer_ = PathJoiner::Activity::idle;  // the peer connection is followed but not streaming
+  peer_ = PathPartners::Activity::idle;  // the peer connection is followed but not streaming
   joiner.add(stream(kServer, 5, [](int i) { return kT0 + i * kMs; }), kT0 + 10 * kMs);
   joiner.release_due(kT0 + 10 * kMs + config_.path_settle_ns - 1);
   EXPECT_TRUE(out_.empty());
@@ -190,7 +204,7 @@ TEST_F(PathJoinerTest, ARecordWaitsOnlyWhileItsPartnerCanStillCome) {
 
   // A peer still streaming (a slow reader) keeps it waiting, up to the cap.
   out_.clear();
-  peer_ = PathJoiner::Activity::streaming;
+  peer_ = PathPartners::Activity::streaming;
   joiner.add(stream(kServer, 5, [](int i) { return kT0 + i * kMs; }), kT0);
   joiner.release_due(kT0 + 10 * config_.path_settle_ns);
   EXPECT_TRUE(out_.empty());
@@ -204,9 +218,8 @@ TEST_F(PathJoinerTest, ASenderWaitsForTheAckOfItsLastEventThenTakesTheAcksAsItsD
   for (int i = 0; i < 9; ++i) s.timeline[static_cast<std::size_t>(i)].acked_ns = s.timeline[static_cast<std::size_t>(i)].ts_ns + kMs;
   joiner.add(std::move(s), kT0 + 100 * kMs);
   EXPECT_TRUE(out_.empty()) << "the last event is not acknowledged yet";
-  itap_path_event ack{};
-  ack.kind = ITAP_EV_PATH;
-  ack.path_kind = ITAP_PATH_ACK;
+  capture::DeliverySignal ack;
+  ack.kind = capture::DeliverySignal::Kind::ack;
   ack.ts_ns = kT0 + 95 * kMs;
   ack.seq = 5000 + 100 * 10;
   ack.window = 65535;
@@ -214,7 +227,7 @@ TEST_F(PathJoinerTest, ASenderWaitsForTheAckOfItsLastEventThenTakesTheAcksAsItsD
   joiner.release_due(kT0 + 101 * kMs);
   ASSERT_EQ(out_.size(), 1u);
   ASSERT_TRUE(out_[0].delivery);
-  EXPECT_EQ(out_[0].delivery->vantage, "acked");
+  EXPECT_EQ(out_[0].delivery->vantage, Vantage::acked);
   EXPECT_EQ(out_[0].delivery->path, "vllm>remote");
   EXPECT_EQ(out_[0].timeline.back().acked_ns, kT0 + 95 * kMs);
 }

@@ -66,12 +66,12 @@ TEST(Pipeline, ServerStreamRecordHasRequestMetricsAndEmitVantage) {
   ASSERT_EQ(h.records.size(), 1u);
   const StreamRecord& r = h.records[0];
   EXPECT_EQ(r.role, core::Role::server);
-  EXPECT_EQ(core::vantage_of(r.role), "emit");
+  EXPECT_EQ(core::vantage_of(r.role), core::Vantage::emit);
   EXPECT_EQ(r.method, "POST");
   EXPECT_EQ(r.path, "/v1/chat/completions");
   EXPECT_EQ(r.model, "llama-test");
   EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.framing, "chunked");
+  EXPECT_EQ(r.framing, protocol::BodyFraming::chunked);
   EXPECT_EQ(r.response_id, "chatcmpl-test");
   EXPECT_EQ(r.end, StreamEnd::complete);
   EXPECT_EQ(r.request_end_ns, kT0);
@@ -81,7 +81,7 @@ TEST(Pipeline, ServerStreamRecordHasRequestMetricsAndEmitVantage) {
   EXPECT_EQ(r.metrics.content_events, 10u);
   EXPECT_EQ(r.metrics.events, 13u);  // role + 10 content + usage + [DONE]
   EXPECT_EQ(r.metrics.tokens, 10u);
-  EXPECT_EQ(r.metrics.token_source, "usage");
+  EXPECT_EQ(r.metrics.token_source, core::TokenSource::usage);
   ASSERT_TRUE(r.metrics.itl_p50_ns);
   EXPECT_EQ(*r.metrics.itl_p50_ns, 20 * kMs);
   EXPECT_EQ(*r.metrics.itl_max_ns, 20 * kMs);
@@ -102,9 +102,9 @@ TEST(Pipeline, ClientStreamUsesReadTimesAndRequestSendAsOrigin) {
   ASSERT_EQ(h.records.size(), 1u);
   const StreamRecord& r = h.records[0];
   EXPECT_EQ(r.role, core::Role::client);
-  EXPECT_EQ(core::vantage_of(r.role), "read");
+  EXPECT_EQ(core::vantage_of(r.role), core::Vantage::read);
   EXPECT_EQ(*r.metrics.ttft_ns, 30 * kMs);
-  EXPECT_EQ(r.metrics.token_source, "events");
+  EXPECT_EQ(r.metrics.token_source, core::TokenSource::events);
   EXPECT_EQ(r.metrics.tokens, 4u);
   EXPECT_EQ(*r.metrics.e2e_ns, 80 * kMs);
 }
@@ -273,7 +273,7 @@ TEST(Pipeline, CloseDelimitedStreamEndsWhenServerCloses) {
   h.feed(c.state(kT0 + 21 * kMs, 1, 4));  // ESTABLISHED -> FIN_WAIT1: close()
   ASSERT_EQ(h.records.size(), 1u);
   EXPECT_EQ(h.records[0].end, StreamEnd::complete);
-  EXPECT_EQ(h.records[0].framing, "until_close");
+  EXPECT_EQ(h.records[0].framing, protocol::BodyFraming::until_close);
   EXPECT_EQ(h.records[0].metrics.content_events, 2u);
 }
 
@@ -389,7 +389,7 @@ TEST(Pipeline, AnthropicStreamCountsOutputTokensFromUsage) {
   EXPECT_EQ(r.finish_reason, "end_turn");
   EXPECT_EQ(r.metrics.content_events, 3u);
   EXPECT_EQ(r.metrics.tokens, 7u);
-  EXPECT_EQ(r.metrics.token_source, "usage");
+  EXPECT_EQ(r.metrics.token_source, core::TokenSource::usage);
   EXPECT_EQ(*r.metrics.ttft_ns, 20 * kMs);
 }
 

@@ -1,0 +1,99 @@
+// Fuzzes Http1Session over both directions of a connection, as the connection
+// layer feeds it: pieces with captured heads and tails and holes between, lost
+// bytes between pieces, ends of either direction, then close. Checks what the
+// layers above rely on: every response ends exactly once, events carry stream
+// positions inside what was fed, exchange numbers only grow.
+//
+// Input: [n_ops][ops (3 bytes each)...][stream bytes]. Op: byte 0 bit0 = flow
+// (outbound/inbound), bits 1..2 = kind (piece, piece with a hole, lost bytes,
+// end of flow); bytes 1..2 = length.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+
+#include "protocol/http1/session.h"
+
+using namespace infertap::protocol;
+
+namespace {
+
+struct Checker : ExchangeSink {
+  bool open = false;
+  std::uint64_t next_exchange = 0;
+  std::uint64_t fed_end[2] = {0, 0};  // outbound, inbound
+  Flow responses = Flow::outbound;
+  void on_response(const ResponseInfo& r) override {
+    if (open) std::abort();  // the session ends a response before starting the next
+    if (r.exchange < next_exchange) std::abort();
+    next_exchange = r.exchange + 1;
+    open = true;
+  }
+  void on_event(const StreamEvent& e) override {
+    if (!open) std::abort();
+    if (e.end_position && *e.end_position > fed_end[responses == Flow::outbound ? 0 : 1]) std::abort();
+  }
+  void on_body_bytes(std::uint64_t) override {
+    if (!open) std::abort();
+  }
+  void on_body_gap(std::uint64_t) override {
+    if (!open) std::abort();
+  }
+  void on_response_end(TimestampNs, ResponseEnd) override {
+    if (!open) std::abort();
+    open = false;
+  }
+  void on_parse_error(ParseError, bool) override {}
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 1) return 0;
+  const std::size_t n_ops = std::min<std::size_t>(data[0] & 31, (size - 1) / 3);
+  const std::uint8_t* ops = data + 1;
+  const std::uint8_t* stream = ops + 3 * n_ops;
+  std::size_t left = size - 1 - 3 * n_ops;
+  Checker check;
+  Http1Session session(check, 512);
+  std::uint64_t position[2] = {0, 0};
+  bool decided = false;
+  TimestampNs ts = 1;
+  for (std::size_t i = 0; i < n_ops * 4 && left > 0; ++i) {
+    const std::uint8_t* op = ops + 3 * (i % n_ops);
+    const Flow flow = (op[0] & 1) ? Flow::inbound : Flow::outbound;
+    const int side = (op[0] & 1) ? 1 : 0;
+    const unsigned kind = (op[0] >> 1) & 3;
+    const std::size_t len = std::min<std::size_t>(left, 1 + (op[1] | (op[2] << 8)) % 2048);
+    ++ts;
+    if (kind == 3) {
+      session.end(flow, ts);
+      continue;
+    }
+    if (kind == 2) {
+      session.gap(flow, len, ts);
+      position[side] += len;
+      continue;
+    }
+    Piece p;
+    p.position = position[side];
+    p.length = len;
+    p.ts = ts;
+    const std::size_t head = kind == 1 ? len / 2 : len;
+    const std::size_t tail = kind == 1 ? len / 4 : 0;
+    p.head = {stream, head};
+    p.tail = {stream + len - tail, tail};
+    if (!decided) {
+      decided = true;
+      if (!session.decide(flow, p.head)) return 0;
+      check.responses = session.carries_responses(Flow::outbound) ? Flow::outbound : Flow::inbound;
+    }
+    position[side] += len;
+    check.fed_end[side] = position[side];
+    session.feed(flow, p);
+    stream += len;
+    left -= len;
+  }
+  session.close(ts + 1);
+  if (check.open) std::abort();  // close ends whatever was open
+  return 0;
+}

@@ -1,0 +1,73 @@
+// One followed TCP connection: turns its captured calls into the byte
+// streams its protocol session reads, and its delivery signals into the
+// vantages of its stream records.
+//
+//   capture events --> TcpCursor (positions, lost bytes) --> Http1Session
+//                  --> StreamAssembler --> finished StreamRecords
+//   delivery signals --> ACK / arrival / window state of the records
+//
+// The connection never calls its owner: what it decides (stop following this
+// socket, the role it found, the records it finished) is returned.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "capture/event.h"
+#include "core/conn/tcp.h"
+#include "core/role_census.h"
+#include "core/stream/assembler.h"
+#include "core/types.h"
+#include "protocol/http1/session.h"
+
+namespace infertap::core {
+
+class Connection {
+ public:
+  // What handling one event produced.
+  struct Output {
+    std::vector<StreamRecord> finished;
+    bool role_decided = false;  // role() is known from this event on
+    bool mute = false;          // not HTTP: stop following the socket
+  };
+
+  Connection(ConnIdentity identity, const PipelineConfig& config, PipelineCounters& counters,
+             const RoleCensus& census);
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  Output on_data(const capture::IoEvent& event);
+  Output on_state(const capture::IoEvent& event);
+  // A delivery signal of this socket: ACKs give the sender's `acked` times and
+  // the peer window, arrivals the receiver's `arrived` times.
+  void on_signal(const capture::DeliverySignal& signal);
+  // Ends the connection: closes both directions, finishes any stream.
+  Output close(TimestampNs ts, StreamEnd reason);
+  // Ends a stream that saw no bytes for too long (the connection stays).
+  Output expire_stream(TimestampNs now, std::uint64_t idle_ns);
+
+  // The stream this connection is sending or receiving now, if any (record
+  // filled so far; metrics not computed yet).
+  const StreamRecord* active_stream() const { return assembler_.active_stream(); }
+  const ConnIdentity& identity() const { return identity_; }
+  Role role() const { return session_.role(); }
+  TimestampNs last_activity() const { return last_activity_; }
+
+ private:
+  void note_failed_call(const capture::IoEvent& event);
+  void feed(protocol::Flow flow, const capture::IoEvent& event);
+  void note_send(const capture::IoEvent& event);
+  Output collect();
+
+  ConnIdentity identity_;
+  PipelineCounters& counters_;
+  StreamAssembler assembler_;
+  protocol::Http1Session session_;
+  bool ignored_ = false;
+  TimestampNs last_activity_ = 0;
+  TcpCursor outbound_cursor_, inbound_cursor_;
+  ArrivalLog arrivals_;           // receiver: rcv_nxt after each arrival not yet claimed by a read
+  TimestampNs zero_window_since_ = 0;  // an episode of the peer's window at 0 (0: none)
+};
+
+}  // namespace infertap::core

@@ -1,0 +1,63 @@
+#include "core/conn/tcp.h"
+
+#include <algorithm>
+
+namespace infertap::core {
+
+TcpCursor::Placement TcpCursor::place(std::uint32_t seq_end, std::uint64_t moved) {
+  Placement p;
+  p.start_seq = seq_end - static_cast<std::uint32_t>(moved);
+  if (started_) {
+    // Bytes between what we last saw and this call were moved by events the
+    // kernel could not deliver (full ring buffer): an exact hole.
+    const auto missing = static_cast<std::int32_t>(p.start_seq - next_seq_);
+    if (missing > 0) p.lost = static_cast<std::uint64_t>(missing);
+  }
+  started_ = true;
+  next_seq_ = seq_end;
+  position_ += p.lost;
+  p.position = position_;
+  position_ += moved;
+  return p;
+}
+
+void ArrivalLog::add(std::uint32_t seq, TimestampNs ts) {
+  if (arrivals_.size() >= kMax) arrivals_.pop_front();
+  arrivals_.emplace_back(seq, ts);
+}
+
+TimestampNs ArrivalLog::arrival_for(std::uint32_t end_seq) {
+  while (!arrivals_.empty() && !seq_leq(end_seq, arrivals_.front().first)) arrivals_.pop_front();
+  return arrivals_.empty() ? 0 : arrivals_.front().second;
+}
+
+void note_signal(TcpContext& tcp, const capture::DeliverySignal& s) {
+  using Kind = capture::DeliverySignal::Kind;
+  tcp.signals = true;
+  if (s.srtt_us) {
+    tcp.srtt_us = s.srtt_us;
+    tcp.srtt_max_us = std::max(tcp.srtt_max_us, s.srtt_us);
+  }
+  if (s.kind == Kind::retransmit) {
+    ++tcp.retransmits;
+    if (tcp.retransmit_ns.size() < TcpContext::kMaxEvidence) tcp.retransmit_ns.push_back(s.ts_ns);
+  } else if (s.kind == Kind::buf_limit) {
+    ++tcp.buf_limit;
+  }
+}
+
+void track_window(TimestampNs& since, const capture::DeliverySignal& ack, TcpContext* tcp) {
+  if (ack.window == 0) {
+    if (!since) since = ack.ts_ns;
+    return;
+  }
+  if (!since) return;
+  if (tcp) {
+    ++tcp->zero_window_episodes;
+    tcp->zero_window_ns += ack.ts_ns - std::min(ack.ts_ns, since);
+    if (tcp->zero_window.size() < TcpContext::kMaxEvidence) tcp->zero_window.emplace_back(since, ack.ts_ns);
+  }
+  since = 0;
+}
+
+}  // namespace infertap::core

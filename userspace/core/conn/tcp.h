@@ -1,0 +1,60 @@
+// What TCP tells the connection layer: sequence numbers place each captured
+// call in its direction's byte stream (so bytes the kernel could not deliver
+// become exact holes), and delivery signals say when bytes arrived at a local
+// receiver, when the peer acknowledged them, and when its window closed.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <utility>
+
+#include "capture/event.h"
+#include "core/types.h"
+
+namespace infertap::core {
+
+// TCP sequence comparison modulo 2^32: a at or before b.
+inline bool seq_leq(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(b - a) >= 0; }
+
+// One direction of a TCP connection as a byte stream: the position of each
+// call's bytes from the sequence the kernel reported after it.
+class TcpCursor {
+ public:
+  struct Placement {
+    std::uint64_t position = 0;  // stream position of the call's first byte
+    std::uint64_t lost = 0;      // bytes between the previous call and this one that never reached userspace
+    std::uint32_t start_seq = 0; // TCP sequence of the call's first byte
+  };
+  // A call that moved `moved` bytes and left the sequence at `seq_end`.
+  Placement place(std::uint32_t seq_end, std::uint64_t moved);
+
+ private:
+  bool started_ = false;
+  std::uint32_t next_seq_ = 0;
+  std::uint64_t position_ = 0;
+};
+
+// Arrivals at a receiving socket (rcv_nxt after each), oldest first, until a
+// read claims them.
+class ArrivalLog {
+ public:
+  void add(std::uint32_t seq, TimestampNs ts);
+  // When the byte before `end_seq` arrived (0: unknown). Arrivals that end
+  // before it are of no use to later reads either and are dropped.
+  TimestampNs arrival_for(std::uint32_t end_seq);
+
+ private:
+  static constexpr std::size_t kMax = 4096;  // a reader that stopped reading cannot grow this without end
+  std::deque<std::pair<std::uint32_t, TimestampNs>> arrivals_;
+};
+
+// What a delivery signal tells every record of its socket alike: that signals
+// are seen, the RTT, retransmissions, memory-limit hits. ACK positions and
+// window episodes depend on where the record is: see track_window.
+void note_signal(TcpContext& tcp, const capture::DeliverySignal& signal);
+
+// An ACK's window opens or closes a zero-window episode (`since`: its start,
+// 0 = none open); a closed episode is counted in `tcp` when given.
+void track_window(TimestampNs& since, const capture::DeliverySignal& ack, TcpContext* tcp);
+
+}  // namespace infertap::core

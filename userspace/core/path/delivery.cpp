@@ -1,0 +1,113 @@
+#include "core/path/delivery.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/metrics.h"
+#include "core/path/diagnosis.h"
+#include "core/path/vantages.h"
+
+namespace infertap::core {
+namespace {
+
+// Token events delivered within this of the one before belong to one burst.
+constexpr std::uint64_t kBurstNs = 1'000'000;
+
+// "server>gateway(nginx)>client": the processes an event passed, in order.
+std::string path_label(const std::vector<Hop>& hops, Vantage vantage) {
+  std::string path;
+  for (const Hop& hop : hops) {
+    if (hop.kind != HopKind::emit && hop.kind != HopKind::read) continue;
+    const std::string name = hop.at->rec.conn.comm.empty() ? "?" : hop.at->rec.conn.comm;
+    const std::string label = hop.at->gateway ? "gateway(" + name + ")" : name;
+    if (path.empty() || path.substr(path.rfind('>') + 1) != label) path += (path.empty() ? "" : ">") + label;
+  }
+  if (vantage == Vantage::acked) path += ">remote";
+  return path;
+}
+
+std::uint32_t longest_burst(const std::vector<TimestampNs>& delivered) {
+  std::uint32_t run = 1, longest = 1;
+  for (std::size_t i = 1; i < delivered.size(); ++i) {
+    run = delivered[i] - std::min(delivered[i], delivered[i - 1]) <= kBurstNs ? run + 1 : 1;
+    longest = std::max(longest, run);
+  }
+  return longest;
+}
+
+std::optional<std::int64_t> difference(const std::optional<std::uint64_t>& a, const std::optional<std::uint64_t>& b) {
+  if (!a || !b) return std::nullopt;
+  return static_cast<std::int64_t>(*a) - static_cast<std::int64_t>(*b);
+}
+
+// What the path added over what the server emitted.
+void compare_with_emitted(Delivery& d, const StreamMetrics& emitted) {
+  if (d.metrics.ttft_ns && emitted.ttft_ns)
+    d.ttft_added_ns = *d.metrics.ttft_ns > *emitted.ttft_ns ? *d.metrics.ttft_ns - *emitted.ttft_ns : 0;
+  d.itl_p99_added_ns = difference(d.metrics.itl_p99_ns, emitted.itl_p99_ns);
+  d.longest_pause_added_ns = difference(d.metrics.longest_pause_ns, emitted.longest_pause_ns);
+}
+
+// Degraded by the path: a delivered stall the model did not cause, or a
+// first token the path held back by the stall floor or more.
+void judge(Delivery& d, const std::vector<Hop>& first, const PipelineConfig& config) {
+  std::map<StallCause, std::uint32_t> path_stalls;
+  for (const Stall& st : d.metrics.stalls) {
+    if (st.cause != StallCause::model && st.cause != StallCause::none) ++path_stalls[st.cause];
+  }
+  const bool ttft_hurt = d.ttft_added_ns && *d.ttft_added_ns >= config.stall_floor_ns;
+  if (ttft_hurt) {
+    Verdict v = delay_cause(first);
+    d.ttft_cause = v.cause;
+    d.ttft_evidence = std::move(v.evidence);
+  }
+  d.degraded_by_path = !path_stalls.empty() || ttft_hurt;
+  if (!d.degraded_by_path) return;
+  std::string why;
+  for (const auto& [cause, n] : path_stalls) {
+    why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + std::string(to_string(cause)) + " stall" +
+           (n > 1 ? "s" : "");
+  }
+  if (ttft_hurt) {
+    why += (why.empty() ? "" : ", ") + std::string("TTFT +") + evidence_ms(*d.ttft_added_ns) + " (" +
+           std::string(to_string(d.ttft_cause)) + ")";
+  }
+  d.degraded_reason = why;
+}
+
+}  // namespace
+
+std::optional<Delivery> delivery_of(const PathNode& node, const PipelineConfig& config) {
+  const StreamRecord& r = node.rec;
+  const std::vector<int> content = content_events(r.timeline);
+  if (r.role != Role::server || content.empty() || r.path_times.empty()) return std::nullopt;
+  std::vector<TimestampNs> delivered;
+  for (int i : content) {
+    const TimestampNs t = r.path_times[static_cast<std::size_t>(i)].delivered_ns;
+    if (!t) break;
+    delivered.push_back(t);
+  }
+  if (delivered.empty()) return std::nullopt;
+  const std::vector<Hop> first = hops_of(&node, content.front());
+  Delivery d;
+  d.vantage = first.back().kind == HopKind::read ? Vantage::read : Vantage::acked;
+  d.path = path_label(first, d.vantage);
+  const bool has_request = r.request_end_ns != 0 && !r.joined_midstream;
+  const TimestampNs last = r.path_times.back().delivered_ns ? r.path_times.back().delivered_ns : delivered.back();
+  d.metrics = metrics_of(delivered, has_request ? r.request_end_ns : 0, last, r.metrics.tokens, config,
+                         content_gaps_observed(r.timeline));
+  d.metrics.token_source = r.metrics.token_source;
+  d.metrics.events = r.metrics.events;
+  for (Stall& st : d.metrics.stalls) {
+    if (st.after_event + 1 >= content.size()) continue;
+    Verdict v = gap_cause(&node, content[st.after_event], content[st.after_event + 1], true);
+    st.cause = v.cause;
+    st.evidence = std::move(v.evidence);
+  }
+  compare_with_emitted(d, r.metrics);
+  d.max_burst = longest_burst(delivered);
+  judge(d, first, config);
+  return d;
+}
+
+}  // namespace infertap::core

@@ -1,0 +1,270 @@
+#include "core/path/diagnosis.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+
+namespace infertap::core {
+namespace {
+
+// A window at 0 for at least this share of a gap (3/10) explains the gap.
+bool mostly(std::uint64_t part, std::uint64_t whole) { return part * 10 >= whole * 3; }
+
+std::uint64_t overlap_ns(const std::vector<std::pair<TimestampNs, TimestampNs>>& intervals, TimestampNs a,
+                         TimestampNs b) {
+  std::uint64_t total = 0;
+  for (const auto& [s, e] : intervals) {
+    const TimestampNs lo = std::max(s, a), hi = std::min(e, b);
+    if (hi > lo) total += hi - lo;
+  }
+  return total;
+}
+
+std::size_t count_in(const std::vector<TimestampNs>& times, TimestampNs a, TimestampNs b) {
+  return static_cast<std::size_t>(
+      std::count_if(times.begin(), times.end(), [&](TimestampNs t) { return t > a && t <= b; }));
+}
+
+const TimelineEvent& event_of(const Hop& hop) { return hop.at->rec.timeline[static_cast<std::size_t>(hop.index)]; }
+
+std::uint64_t unread_ns(const TimelineEvent& e) { return e.ts_ns > e.arrived_ns ? e.ts_ns - e.arrived_ns : 0; }
+
+const Hop* last_emit_at_or_before(const std::vector<Hop>& path, std::size_t k) {
+  for (std::size_t i = k + 1; i-- > 0;) {
+    if (path[i].kind == HopKind::emit) return &path[i];
+  }
+  return nullptr;
+}
+
+// A sender sent late, or its sends were held: its own send path's evidence.
+// With a traced local reader, did bytes wait in its socket?
+Verdict blocked_send_cause(const PathNode* s, int ia, int ib, std::uint64_t gap, const std::string& what) {
+  const TcpContext& tcp = s->rec.tcp;
+  const auto& tl = s->rec.timeline;
+  const TimestampNs ta = tl[static_cast<std::size_t>(ia)].ts_ns, tb = tl[static_cast<std::size_t>(ib)].ts_ns;
+  if (const std::size_t rt = count_in(tcp.retransmit_ns, ta, tb); rt > 0)
+    return {StallCause::network, what + "; " + std::to_string(rt) + " retransmissions"};
+  if (s->peer) {
+    std::uint64_t unread = 0;
+    for (int i = ia + 1; i <= ib; ++i) {
+      const int j = mapped(s->to_peer, i);
+      if (j < 0) continue;
+      const TimelineEvent& r = s->peer->rec.timeline[static_cast<std::size_t>(j)];
+      if (r.arrived_ns && r.ts_ns > r.arrived_ns) unread = std::max(unread, r.ts_ns - r.arrived_ns);
+    }
+    if (mostly(unread, gap))
+      return {StallCause::backpressure, what + "; the reader left bytes unread for " + evidence_ms(unread)};
+    return {StallCause::network, what + "; the reader kept up: the path between drains slower than the sender writes"};
+  }
+  if (tcp.zero_window_episodes > 0) return {StallCause::backpressure, what + "; the peer's window closed"};
+  return {StallCause::network, what + " with the peer's window open: the path drains slower than the sender writes"};
+}
+
+// Why a sender's gap between its events ia and ib: the send path's evidence.
+Verdict emit_cause(const PathNode* s, int ia, int ib) {
+  const auto& tl = s->rec.timeline;
+  const TimestampNs ta = tl[static_cast<std::size_t>(ia)].ts_ns, tb = tl[static_cast<std::size_t>(ib)].ts_ns;
+  const std::uint64_t gap = tb > ta ? tb - ta : 0;
+  const TcpContext& tcp = s->rec.tcp;
+  const std::uint64_t zero = overlap_ns(tcp.zero_window, ta, tb);
+  if (gap && mostly(zero, gap))
+    return {StallCause::backpressure, "peer window 0 for " + evidence_ms(zero) + " of the " + evidence_ms(gap) + " gap"};
+  const std::uint64_t blocked = tl[static_cast<std::size_t>(ib)].syscall_ns;
+  const std::size_t refused = count_in(tcp.eagain_ns, ta, tb);
+  if (gap && (blocked * 2 >= gap || refused > 0)) {
+    const std::string what = blocked * 2 >= gap
+                                 ? "send blocked " + evidence_ms(blocked)
+                                 : std::to_string(refused) + " sends refused (EAGAIN, send buffer full)";
+    return blocked_send_cause(s, ia, ib, gap, what);
+  }
+  return {StallCause::model,
+          "nothing sent for " + evidence_ms(gap) + " (the next send took " + std::to_string(blocked / 1000) + " µs)"};
+}
+
+// The hop of hb (event b's path) that added most to the gap over ha (event
+// a's path): gaps are compared hop by hop at the same vantage.
+struct WorstHop {
+  const Hop* a = nullptr;
+  const Hop* b = nullptr;
+  std::size_t k = 0;                  // index of b in hb
+  std::int64_t added = INT64_MIN;     // what that hop added to the gap
+  std::int64_t last_gap = 0;          // the gap at the last vantage compared
+};
+
+WorstHop worst_hop(const std::vector<Hop>& ha, const std::vector<Hop>& hb) {
+  WorstHop w;
+  for (std::size_t k = 0; k < hb.size(); ++k) {
+    const Hop* pa = nullptr;
+    for (const Hop& x : ha) {
+      if (x.at == hb[k].at && x.kind == hb[k].kind) pa = &x;
+    }
+    if (!pa) continue;
+    const auto gap = static_cast<std::int64_t>(hb[k].ts) - static_cast<std::int64_t>(pa->ts);
+    const std::int64_t added = gap - w.last_gap;
+    w.last_gap = gap;
+    if (added > w.added) {
+      w.added = added;
+      w.a = pa;
+      w.b = &hb[k];
+      w.k = k;
+    }
+  }
+  return w;
+}
+
+// The sender is not on this host: a gap in what arrived is the server's or
+// the network's before this host, and cannot be told apart from here.
+Verdict remote_sender_cause(const std::vector<Hop>& hb, const WorstHop& w) {
+  const Hop* arrived_b = hb.front().kind == HopKind::arrived ? &hb.front() : nullptr;
+  if (w.b->kind == HopKind::read && arrived_b && w.b != arrived_b)
+    return {StallCause::client_read,
+            "bytes waited " + evidence_ms(unread_ns(event_of(*w.b))) + " in the client's socket before the read"};
+  return {StallCause::model, "the sender is not traced on this host: nothing arrived for " +
+                                 evidence_ms(static_cast<std::uint64_t>(std::max<std::int64_t>(w.last_gap, 0)))};
+}
+
+// A gateway sent late what it had read on time.
+Verdict gateway_held(const std::vector<Hop>& hb, const WorstHop& w) {
+  const PathNode* at = w.b->at;
+  std::uint32_t burst = 0;
+  for (int u : at->gateway->to_gateway) {
+    if (u == w.b->index) ++burst;
+  }
+  std::uint64_t held = 0;
+  for (std::size_t k = w.k; k-- > 0;) {
+    if (hb[k].kind == HopKind::read && hb[k].at == at->gateway) {
+      held = w.b->ts > hb[k].ts ? w.b->ts - hb[k].ts : 0;
+      break;
+    }
+  }
+  return {StallCause::gateway_buffering, "gateway held the event " + evidence_ms(held) + " after reading it; " +
+                                             std::to_string(std::max(burst, event_of(*w.b).events_in_syscall)) +
+                                             " events left in one send"};
+}
+
+Verdict read_hop_cause(const WorstHop& w) {
+  const auto worst = static_cast<std::uint64_t>(w.added);
+  if (w.b->at->gateway)
+    return {StallCause::gateway_buffering, "gateway read the event " + evidence_ms(worst) + " later than the upstream sent it"};
+  const TimelineEvent& e = event_of(*w.b);
+  return {StallCause::client_read, e.arrived_ns ? "bytes waited " + evidence_ms(unread_ns(e)) +
+                                                      " in the client's socket before the read"
+                                                : "the client read " + evidence_ms(worst) + " after the send"};
+}
+
+// The bytes left the sender on time and reached the peer (ACK) or a local
+// socket (arrival) late: the receiver's window, the network.
+Verdict transport_hop_cause(const std::vector<Hop>& hb, const WorstHop& w, bool ends_at_local_reader) {
+  const PathNode* sender = w.b->kind == HopKind::acked ? w.b->at : nullptr;
+  for (std::size_t k = w.k; !sender && k-- > 0;) {
+    if (hb[k].kind == HopKind::emit) sender = hb[k].at;
+  }
+  const TimestampNs ta = w.a->ts, tb = w.b->ts;
+  const std::uint64_t gap = tb > ta ? tb - ta : 0;
+  const auto worst = static_cast<std::uint64_t>(w.added);
+  const TcpContext empty;
+  const TcpContext& tcp = sender ? sender->rec.tcp : empty;
+  const std::uint64_t zero = overlap_ns(tcp.zero_window, ta, tb);
+  const std::size_t rt = count_in(tcp.retransmit_ns, ta, tb);
+  const std::string vantage = w.b->kind == HopKind::acked ? "ACK" : "arrival";
+  const Hop* send_hop = last_emit_at_or_before(hb, w.k);
+  const bool held_by_kernel = send_hop && event_of(*send_hop).more;
+  if (held_by_kernel && sender && sender->gateway)
+    return {StallCause::gateway_buffering,
+            "gateway sent with MSG_MORE: the kernel held the bytes " + evidence_ms(worst) + " before they left"};
+  if (gap && mostly(zero, gap))
+    return {ends_at_local_reader ? StallCause::client_read : StallCause::backpressure,
+            "receiver's window 0 for " + evidence_ms(zero)};
+  if (rt > 0)
+    return {StallCause::network, vantage + " " + evidence_ms(worst) + " late; " + std::to_string(rt) + " retransmissions"};
+  return {StallCause::network, vantage + " " + evidence_ms(worst) + " later than the send (srtt " +
+                                   std::to_string(tcp.srtt_us / 1000) + " ms)"};
+}
+
+}  // namespace
+
+std::string evidence_ms(std::uint64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f ms", static_cast<double>(ns) / 1e6);
+  return buf;
+}
+
+Verdict gap_cause(const PathNode* node, int a, int b, bool through_final) {
+  const std::vector<Hop> ha = hops_of(node, a);
+  std::vector<Hop> hb = hops_of(node, b);
+  if (!through_final) {
+    // Only up to the node's own vantage.
+    const HopKind own = node->rec.role == Role::server ? HopKind::emit : HopKind::read;
+    for (std::size_t k = 0; k < hb.size(); ++k) {
+      if (hb[k].at == node && hb[k].kind == own) {
+        hb.resize(k + 1);
+        break;
+      }
+    }
+  }
+  const WorstHop w = worst_hop(ha, hb);
+  if (!w.b) return {StallCause::model, "no other vantage of this event"};
+  if (hb.front().kind != HopKind::emit) return remote_sender_cause(hb, w);
+  const bool ends_at_local_reader = hb.back().kind == HopKind::read && through_final;
+  Verdict out;
+  switch (w.b->kind) {
+    case HopKind::emit:
+      out = emit_cause(w.b->at, w.a->index, w.b->index);
+      if (w.b->at->gateway && out.cause == StallCause::model) out = gateway_held(hb, w);
+      break;
+    case HopKind::read: out = read_hop_cause(w); break;
+    case HopKind::arrived:
+    case HopKind::acked: out = transport_hop_cause(hb, w, ends_at_local_reader); break;
+  }
+  // Seen from the client, a sender held back by a local reader that did not
+  // drain is the reader's doing.
+  if (through_final && out.cause == StallCause::backpressure && ends_at_local_reader)
+    out = {StallCause::client_read, "the reader did not drain: " + out.evidence};
+  return out;
+}
+
+Verdict delay_cause(const std::vector<Hop>& path) {
+  std::size_t worst_k = 0;
+  std::uint64_t worst = 0;
+  for (std::size_t k = 1; k < path.size(); ++k) {
+    const std::uint64_t d = path[k].ts > path[k - 1].ts ? path[k].ts - path[k - 1].ts : 0;
+    if (d > worst) {
+      worst = d;
+      worst_k = k;
+    }
+  }
+  if (worst_k == 0) return {};
+  const Hop& hop = path[worst_k];
+  const Hop* sent = last_emit_at_or_before(path, worst_k);
+  const bool final_reader = path.back().kind == HopKind::read;
+  const TimestampNs from = path[worst_k - 1].ts;
+  switch (hop.kind) {
+    case HopKind::emit: {
+      const TimelineEvent& e = event_of(hop);
+      if (mostly(overlap_ns(hop.at->rec.tcp.zero_window, from, hop.ts), worst) || e.syscall_ns * 2 >= worst)
+        return {final_reader ? StallCause::client_read : StallCause::backpressure,
+                "the gateway's send waited " + evidence_ms(e.syscall_ns) + " for its reader"};
+      return {StallCause::gateway_buffering, "gateway held it " + evidence_ms(worst) + " after reading it; " +
+                                                 std::to_string(e.events_in_syscall) + " events in that send"};
+    }
+    case HopKind::read:
+      if (hop.at->gateway)
+        return {StallCause::gateway_buffering, "gateway read it " + evidence_ms(worst) + " after it arrived"};
+      return {StallCause::client_read, "it waited " + evidence_ms(worst) + " in the client's socket"};
+    case HopKind::arrived:
+    case HopKind::acked: {
+      if (sent && sent->at->gateway && event_of(*sent).more)
+        return {StallCause::gateway_buffering,
+                "gateway sent with MSG_MORE: the kernel held the bytes " + evidence_ms(worst) + " before they left"};
+      const TcpContext empty;
+      const TcpContext& tcp = sent ? sent->at->rec.tcp : empty;
+      if (mostly(overlap_ns(tcp.zero_window, from, hop.ts), worst))
+        return {final_reader ? StallCause::client_read : StallCause::backpressure, "receiver's window was 0"};
+      return {StallCause::network,
+              std::string(hop.kind == HopKind::acked ? "ACK" : "arrival") + " " + evidence_ms(worst) + " after the send"};
+    }
+  }
+  return {};
+}
+
+}  // namespace infertap::core

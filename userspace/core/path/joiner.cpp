@@ -1,0 +1,219 @@
+#include "core/path/joiner.h"
+
+#include <algorithm>
+
+#include "core/conn/tcp.h"
+#include "core/path/delivery.h"
+#include "core/path/matching.h"
+#include "core/path/vantages.h"
+
+namespace infertap::core {
+namespace {
+
+bool same_endpoint(const Endpoint& a, const Endpoint& b) {
+  return a.port == b.port && a.family == b.family && a.addr == b.addr;
+}
+
+}  // namespace
+
+PathJoiner::PathJoiner(const PipelineConfig& config) : config_(config) {}
+
+std::vector<StreamRecord> PathJoiner::add(StreamRecord&& record, TimestampNs now, const PathPartners& partners) {
+  std::vector<StreamRecord> out;
+  if (held_.size() >= config_.max_held_records) {
+    // Bounded memory: the oldest wait ends early.
+    try_release(held_.front(), now, nullptr, out);
+  }
+  Held& h = held_.emplace_back();
+  h.rec = std::move(record);
+  h.deadline = now + config_.path_settle_ns;
+  h.cap = now + config_.stream_idle_timeout_ns;
+  h.want_peer = partners.peer(h.rec.conn.remote, h.rec.conn.local) != PathPartners::Activity::none;
+  link(h);
+  h.want_gateway = !h.gateway && h.rec.role != Role::unknown &&
+                   partners.gateway_leg(h.rec) != PathPartners::Activity::none;
+  try_release(h, now, &partners, out);
+  return out;
+}
+
+// ---- linking ----------------------------------------------------------------
+
+void PathJoiner::link(Held& h) {
+  for (Held& o : held_) {
+    if (&o == &h) continue;
+    if (!link_peer(h, o)) link_gateway_legs(h, o);
+  }
+}
+
+// The other end of this TCP connection: reversed 4-tuple, matching events.
+bool PathJoiner::link_peer(Held& h, Held& o) {
+  const StreamRecord& r = h.rec;
+  if (h.peer || o.peer || o.rec.role == r.role || !same_endpoint(o.rec.conn.local, r.conn.remote) ||
+      !same_endpoint(o.rec.conn.remote, r.conn.local))
+    return false;
+  std::vector<int> fwd = match_tcp_ends(r, o.rec);
+  if (count_matched(fwd) == 0 && !(r.timeline.empty() && o.rec.timeline.empty())) return false;
+  h.peer = &o;
+  o.peer = &h;
+  h.to_peer = std::move(fwd);
+  o.to_peer = match_tcp_ends(o.rec, r);
+  return true;
+}
+
+// A gateway's other leg: same process, opposite role, same events.
+void PathJoiner::link_gateway_legs(Held& h, Held& o) {
+  const StreamRecord& r = h.rec;
+  if (h.gateway || o.gateway || o.rec.role == r.role || o.rec.conn.pid != r.conn.pid || r.role == Role::unknown ||
+      o.rec.role == Role::unknown)
+    return;
+  Held& up = r.role == Role::client ? h : o;
+  Held& down = r.role == Role::client ? o : h;
+  const bool same_id = !up.rec.response_id.empty() && up.rec.response_id == down.rec.response_id;
+  if (!up.rec.response_id.empty() && !down.rec.response_id.empty() && !same_id) return;
+  std::vector<int> u2d = match_by_content(up.rec, down.rec);
+  const int matched = count_matched(u2d);
+  const int needed = std::min<int>(3, static_cast<int>(up.rec.timeline.size()));
+  if (matched == 0 || (matched < needed && !same_id)) return;
+  up.gateway = &down;
+  down.gateway = &up;
+  down.to_gateway.assign(down.rec.timeline.size(), -1);
+  for (std::size_t j = 0; j < u2d.size(); ++j) {
+    if (u2d[j] >= 0) down.to_gateway[static_cast<std::size_t>(u2d[j])] = static_cast<int>(j);
+  }
+  // An upstream event the downstream capture missed (inside a burst larger
+  // than the capture window) left no later than the next one found: TCP and
+  // the gateway keep the order.
+  int next = -1;
+  for (std::size_t j = u2d.size(); j-- > 0;) {
+    if (u2d[j] >= 0) next = u2d[j];
+    else u2d[j] = next;
+  }
+  up.to_gateway = std::move(u2d);
+}
+
+// ---- waiting ----------------------------------------------------------------
+
+bool PathJoiner::satisfied(const Held& h) const {
+  if (h.want_peer && !h.peer) return false;
+  if (h.want_gateway && !h.gateway) return false;
+  // A sender waits for the ACK of its last event when ACKs are being seen.
+  if (h.rec.role == Role::server && h.rec.tcp.signals && !h.closed && !h.rec.timeline.empty()) {
+    const TimelineEvent& last = h.rec.timeline.back();
+    if (last.end_seq && !last.acked_ns && !h.peer) return false;
+  }
+  return true;
+}
+
+// Past the settle time, a record keeps waiting only for a partner that is
+// still streaming (a slow reader, a gateway draining to a slow client).
+bool PathJoiner::waiting_for_streaming_partner(const Held& h, TimestampNs now, const PathPartners& partners) const {
+  using Activity = PathPartners::Activity;
+  if (now >= h.cap) return false;
+  const bool peer_streaming =
+      h.want_peer && !h.peer && partners.peer(h.rec.conn.remote, h.rec.conn.local) == Activity::streaming;
+  const bool leg_streaming = h.want_gateway && !h.gateway && partners.gateway_leg(h.rec) == Activity::streaming;
+  return peer_streaming || leg_streaming;
+}
+
+PathJoiner::Group PathJoiner::group_of(Held& h) {
+  Group group{&h};
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    for (PathNode* n : {group[i]->peer, group[i]->gateway}) {
+      auto* held = static_cast<Held*>(n);  // every node is a Held
+      if (held && std::find(group.begin(), group.end(), held) == group.end()) group.push_back(held);
+    }
+  }
+  return group;
+}
+
+// `partners` null: release now, whatever is missing.
+bool PathJoiner::ready(const Group& group, TimestampNs now, const PathPartners* partners) const {
+  if (!partners) return true;
+  if (std::all_of(group.begin(), group.end(), [&](const Held* m) { return satisfied(*m); })) return true;
+  const TimestampNs deadline =
+      (*std::max_element(group.begin(), group.end(), [](const Held* a, const Held* b) {
+        return a->deadline < b->deadline;
+      }))->deadline;
+  if (now < deadline) return false;
+  return std::none_of(group.begin(), group.end(),
+                      [&](const Held* m) { return waiting_for_streaming_partner(*m, now, *partners); });
+}
+
+void PathJoiner::try_release(Held& h, TimestampNs now, const PathPartners* partners, std::vector<StreamRecord>& out) {
+  const Group group = group_of(h);
+  if (!ready(group, now, partners)) return;
+  finish(group);
+  if (group.size() > 1) joined_ += group.size();
+  // Release in the order the records finished.
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (std::find(group.begin(), group.end(), &*it) == group.end()) {
+      ++it;
+      continue;
+    }
+    out.push_back(std::move(it->rec));
+    it = held_.erase(it);
+  }
+}
+
+// The path stages, in order: each needs what the one before filled.
+void PathJoiner::finish(const Group& group) {
+  std::vector<Hop> scratch;  // one event's hops; storage reused across events
+  for (Held* h : group) fill_path_times(*h, scratch);
+  for (Held* h : group) {
+    if (h->gateway) h->rec.gateway = std::make_shared<const GatewayLeg>(gateway_leg_of(*h));
+  }
+  for (Held* h : group) {
+    diagnose_own_stalls(*h);
+    if (std::optional<Delivery> d = delivery_of(*h, config_)) h->rec.delivery = std::make_shared<const Delivery>(std::move(*d));
+  }
+}
+
+// ---- signals and releases -----------------------------------------------------
+
+void PathJoiner::on_signal(std::uint64_t sock_id, std::uint64_t generation, const capture::DeliverySignal& signal) {
+  for (Held& h : held_) {
+    if (h.rec.conn.sock_id != sock_id || h.rec.conn.generation != generation) continue;
+    TcpContext& tcp = h.rec.tcp;
+    note_signal(tcp, signal);
+    if (signal.kind != capture::DeliverySignal::Kind::ack || h.rec.role != Role::server) continue;
+    for (TimelineEvent& e : h.rec.timeline) {
+      if (!e.acked_ns && e.end_seq && seq_leq(e.end_seq, signal.seq)) e.acked_ns = signal.ts_ns;
+    }
+    track_window(tcp.zero_window_since, signal, &tcp);
+  }
+}
+
+std::vector<StreamRecord> PathJoiner::on_closed(std::uint64_t sock_id, std::uint64_t generation, TimestampNs now,
+                                                const PathPartners& partners) {
+  bool any = false;
+  for (Held& h : held_) {
+    if (h.rec.conn.sock_id == sock_id && h.rec.conn.generation == generation) h.closed = any = true;
+  }
+  return any ? release_due(now, partners) : std::vector<StreamRecord>{};
+}
+
+std::vector<StreamRecord> PathJoiner::release_due(TimestampNs now, const PathPartners& partners) {
+  std::vector<StreamRecord> out;
+  // try_release erases group members: restart after each release.
+  bool again = true;
+  while (again) {
+    again = false;
+    for (Held& h : held_) {
+      const std::size_t before = held_.size();
+      try_release(h, now, &partners, out);
+      if (held_.size() != before) {
+        again = true;
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<StreamRecord> PathJoiner::release_all() {
+  std::vector<StreamRecord> out;
+  while (!held_.empty()) try_release(held_.front(), 0, nullptr, out);
+  return out;
+}
+
+}  // namespace infertap::core

@@ -1,0 +1,100 @@
+#include "core/path/vantages.h"
+
+#include <algorithm>
+#include <map>
+
+#include "base/percentile.h"
+#include "core/path/diagnosis.h"
+
+namespace infertap::core {
+
+std::vector<int> content_events(const std::vector<TimelineEvent>& timeline) {
+  std::vector<int> content;
+  for (std::size_t i = 0; i < timeline.size(); ++i) {
+    if (timeline[i].kind == protocol::EventKind::content) content.push_back(static_cast<int>(i));
+  }
+  return content;
+}
+
+namespace {
+
+// The other places event i of `node` was seen, and where it ended up.
+PathTimes times_of(const PathNode& node, int i, std::vector<Hop>& scratch) {
+  const StreamRecord& r = node.rec;
+  PathTimes pt;
+  if (!node.peer && !node.gateway) {
+    pt.delivered_ns = r.timeline[static_cast<std::size_t>(i)].acked_ns;  // the only hop past this socket
+    return pt;
+  }
+  if (const int j = node.peer ? mapped(node.to_peer, i) : -1; j >= 0) {
+    const TimelineEvent& o = node.peer->rec.timeline[static_cast<std::size_t>(j)];
+    pt.peer_ns = o.ts_ns;
+    if (r.role == Role::server) pt.peer_arrived_ns = o.arrived_ns;
+  }
+  if (const int k = node.gateway ? mapped(node.to_gateway, i) : -1; k >= 0) {
+    const TimestampNs other = node.gateway->rec.timeline[static_cast<std::size_t>(k)].ts_ns;
+    if (r.role == Role::client) pt.downstream_ns = other;
+    else pt.upstream_ns = other;
+  }
+  hops_of(&node, i, scratch);
+  if (!scratch.empty() && scratch.back().kind != HopKind::emit) pt.delivered_ns = scratch.back().ts;
+  return pt;
+}
+
+}  // namespace
+
+void fill_path_times(PathNode& node, std::vector<Hop>& scratch) {
+  StreamRecord& r = node.rec;
+  const bool acked = r.role == Role::server && r.tcp.signals;
+  if (!node.peer && !node.gateway && !acked) return;  // nothing seen past this socket
+  r.path_times.resize(r.timeline.size());
+  for (std::size_t i = 0; i < r.timeline.size(); ++i) r.path_times[i] = times_of(node, static_cast<int>(i), scratch);
+  // TCP delivers in order: an event was delivered no later than the next one.
+  for (std::size_t i = r.path_times.size(); i-- > 1;) {
+    TimestampNs& mine = r.path_times[i - 1].delivered_ns;
+    const TimestampNs next = r.path_times[i].delivered_ns;
+    if (next && (!mine || mine > next)) mine = next;
+  }
+  if (node.peer) r.peer_stream_id = stream_id(node.peer->rec);
+}
+
+GatewayLeg gateway_leg_of(const PathNode& node) {
+  const StreamRecord& r = node.rec;
+  const PathNode* up = r.role == Role::client ? &node : node.gateway;
+  const PathNode* down = r.role == Role::client ? node.gateway : &node;
+  GatewayLeg g;
+  g.leg = r.role == Role::client ? GatewayLeg::Side::upstream : GatewayLeg::Side::downstream;
+  g.peer_stream_id = stream_id(node.gateway->rec);
+  g.upstream = up->rec.conn.remote.to_string();
+  g.downstream = down->rec.conn.remote.to_string();
+  std::vector<std::uint64_t> delays;
+  std::map<TimestampNs, std::uint32_t> per_send;  // events of one downstream send share its time
+  for (std::size_t j = 0; j < up->to_gateway.size(); ++j) {
+    const int k = up->to_gateway[j];
+    if (k < 0) continue;
+    const TimestampNs read = up->rec.timeline[j].ts_ns;
+    const TimestampNs sent = down->rec.timeline[static_cast<std::size_t>(k)].ts_ns;
+    delays.push_back(sent > read ? sent - read : 0);
+    ++per_send[sent];
+  }
+  for (int k : down->to_gateway) g.events_matched += k >= 0 ? 1 : 0;
+  g.delay_p50_ns = base::percentile(delays, 50);
+  g.delay_p99_ns = base::percentile(delays, 99);
+  g.delay_max_ns = base::percentile(delays, 100);
+  for (const auto& [t, n] : per_send) g.max_events_per_send = std::max(g.max_events_per_send, n);
+  for (const TimelineEvent& e : down->rec.timeline)
+    g.max_events_per_send = std::max(g.max_events_per_send, e.events_in_syscall);
+  return g;
+}
+
+void diagnose_own_stalls(PathNode& node) {
+  const std::vector<int> content = content_events(node.rec.timeline);
+  for (Stall& st : node.rec.metrics.stalls) {
+    if (st.after_event + 1 >= content.size()) continue;
+    Verdict v = gap_cause(&node, content[st.after_event], content[st.after_event + 1], false);
+    st.cause = v.cause;
+    st.evidence = std::move(v.evidence);
+  }
+}
+
+}  // namespace infertap::core

@@ -1,0 +1,28 @@
+// What a joined path tells each of its records, event by event: the times of
+// every other vantage (peer, gateway legs, final delivery), a gateway leg's
+// delay statistics, and the cause of each of the record's own stalls.
+//
+//   linked PathNodes --> PathTimes per event, GatewayLeg, Stall causes
+#pragma once
+
+#include <vector>
+
+#include "core/path/node.h"
+#include "core/types.h"
+
+namespace infertap::core {
+
+// Indices of the content (token) events of a timeline, in order.
+std::vector<int> content_events(const std::vector<TimelineEvent>& timeline);
+
+// Fills node.rec.path_times (left empty when nothing past the node's own
+// socket was seen) and peer_stream_id. `scratch` is reused across calls.
+void fill_path_times(PathNode& node, std::vector<Hop>& scratch);
+
+// The gateway view of a node that has a gateway link.
+GatewayLeg gateway_leg_of(const PathNode& node);
+
+// Gives each of the record's own stalls its cause and evidence.
+void diagnose_own_stalls(PathNode& node);
+
+}  // namespace infertap::core

@@ -1,0 +1,83 @@
+// What a protocol session yields from the byte streams of one connection,
+// whatever the protocol: requests, the responses that answer them, and the
+// events of a streamed response body, each event with the stream position of
+// its last byte so that the transport below can say when each vantage saw it.
+//
+//   pieces (protocol/stream.h) --> session --> ExchangeSink
+//
+// HTTP/1.x is the session today (protocol/http1/session.h). A response is one
+// exchange; sessions that carry several at once give each its own id.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "protocol/http1/parser.h"
+#include "protocol/stream.h"
+
+namespace infertap::protocol {
+
+// Which end of the exchange the traced process is on this connection.
+enum class Role : std::uint8_t { unknown, server, client };
+std::string_view to_string(Role r);
+
+// A request as the session saw it. Only the head of its body is kept, for
+// the interpreter (model, stream flag); it never leaves the process.
+struct RequestInfo {
+  std::string method;
+  std::string target;         // as sent (query string included: output decides what to keep)
+  TimestampNs start_ns = 0;   // the piece that completed its head
+  TimestampNs end_ns = 0;     // the piece that held its last byte (0: not complete)
+  bool complete = false;
+  std::string body_head;      // first bytes of the body, bounded by the session
+};
+
+struct ResponseInfo {
+  std::uint64_t exchange = 0;  // responses of the connection, counted from 0
+  int status = 0;
+  std::string content_type;
+  BodyFraming framing = BodyFraming::none;
+  bool event_stream = false;     // its body is a stream of events
+  bool joined_midstream = false; // the head was never seen: status and type unknown
+  TimestampNs head_ns = 0;
+  const RequestInfo* request = nullptr;  // the request it answers; null when unknown
+};
+
+// One event of a streamed response body (an SSE event), valid during the call.
+struct StreamEvent {
+  std::string_view type;  // SSE `event:` field, "" when absent
+  std::string_view data;  // SSE data lines joined by '\n'
+  TimestampNs ts = 0;             // the piece that completed the event
+  TimestampNs first_byte_ts = 0;  // the piece that held its first byte
+  std::uint64_t body_offset = 0;  // offset of its first byte in the response body
+  std::uint32_t wire_bytes = 0;   // its bytes in the body, terminator included
+  bool truncated = false;         // a capture hole or a size cap cut part of it
+  // Stream position just past its last byte, when the bytes that ended it were
+  // fed from a piece (always, unless they were held over from an earlier one).
+  std::optional<std::uint64_t> end_position;
+};
+
+// Why a response ended as far as the protocol can tell.
+enum class ResponseEnd : std::uint8_t {
+  complete,     // its framing said so (last chunk, length reached, close of an until-close body)
+  superseded,   // a new response head came before this one ended
+  cut_short,    // the connection (or the caller) ended it first: the caller knows why
+};
+
+class ExchangeSink {
+ public:
+  virtual ~ExchangeSink() = default;
+  virtual void on_response(const ResponseInfo& response) = 0;
+  virtual void on_event(const StreamEvent& event) = 0;
+  // Body bytes of the current response: seen, or gone by without capture.
+  virtual void on_body_bytes(std::uint64_t n) = 0;
+  virtual void on_body_gap(std::uint64_t n) = 0;
+  virtual void on_response_end(TimestampNs ts, ResponseEnd how) = 0;
+  // A framing error; `in_stream` when it hit the body of the streamed
+  // response in progress.
+  virtual void on_parse_error(ParseError error, bool in_stream) = 0;
+};
+
+}  // namespace infertap::protocol

@@ -1,0 +1,219 @@
+#include "protocol/http1/session.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstring>
+#include <string_view>
+
+namespace infertap::protocol {
+namespace {
+
+// Requests kept while their responses have not started: bounds memory when a
+// peer pipelines without reading.
+constexpr std::size_t kMaxPendingRequests = 64;
+
+bool starts_with(std::span<const std::uint8_t> bytes, std::string_view prefix) {
+  return bytes.size() >= prefix.size() && std::memcmp(bytes.data(), prefix.data(), prefix.size()) == 0;
+}
+
+bool looks_like_request_line(std::span<const std::uint8_t> b) {
+  static constexpr std::array<std::string_view, 7> kMethods = {"GET ",    "POST ", "PUT ",    "PATCH ",
+                                                               "DELETE ", "HEAD ", "OPTIONS "};
+  return std::any_of(kMethods.begin(), kMethods.end(), [&](std::string_view m) { return starts_with(b, m); });
+}
+
+bool looks_like_status_line(std::span<const std::uint8_t> b) { return starts_with(b, "HTTP/1."); }
+
+// A response body joined mid-way: SSE field lines or a chunk-size line.
+bool looks_like_event_stream(std::span<const std::uint8_t> b) {
+  for (std::string_view field : {"data:", "event:", "id:", "retry:", ":"}) {
+    if (starts_with(b, field)) return true;
+  }
+  std::size_t hex = 0;
+  while (hex < b.size() && hex < 9 && std::isxdigit(b[hex])) ++hex;
+  return hex >= 1 && hex <= 8 && hex + 1 < b.size() && b[hex] == '\r' && b[hex + 1] == '\n';
+}
+
+}  // namespace
+
+std::string_view to_string(Role r) {
+  switch (r) {
+    case Role::unknown: return "unknown";
+    case Role::server: return "server";
+    case Role::client: return "client";
+  }
+  return "unknown";
+}
+
+Role role_from_first_bytes(Flow flow, std::span<const std::uint8_t> head) {
+  bool requests_here;
+  if (looks_like_request_line(head)) {
+    requests_here = true;
+  } else if (looks_like_status_line(head) || looks_like_event_stream(head)) {
+    requests_here = false;
+  } else {
+    return Role::unknown;
+  }
+  // Requests flow client -> server.
+  return requests_here == (flow == Flow::outbound) ? Role::client : Role::server;
+}
+
+Http1Session::Http1Session(ExchangeSink& sink, std::size_t request_body_head)
+    : sink_(sink), request_body_head_(request_body_head) {}
+
+bool Http1Session::decide(Flow flow, std::span<const std::uint8_t> head) {
+  role_ = role_from_first_bytes(flow, head);
+  if (role_ == Role::unknown) return false;
+  using Mode = HttpParser::Mode;
+  Direction& requests = role_ == Role::client ? outbound_ : inbound_;
+  Direction& responses = role_ == Role::client ? inbound_ : outbound_;
+  requests.parser.emplace(Mode::request, request_side_);
+  responses.parser.emplace(Mode::response, response_side_);
+  return true;
+}
+
+bool Http1Session::accepts(Flow flow) const {
+  const Direction& d = direction(flow);
+  return d.parser && !d.ended;
+}
+
+bool Http1Session::carries_responses(Flow flow) const {
+  const Direction& d = direction(flow);
+  return d.parser && d.parser->mode() == HttpParser::Mode::response;
+}
+
+void Http1Session::feed(Flow flow, const Piece& piece) {
+  Direction& d = direction(flow);
+  if (!d.parser || d.ended) return;
+  d.parser->feed(piece.head, piece.ts);
+  if (const std::uint64_t hole = piece.hole(); hole > 0) d.parser->gap(hole, piece.ts);
+  if (!piece.tail.empty()) d.parser->feed(piece.tail, piece.ts);
+}
+
+void Http1Session::gap(Flow flow, std::uint64_t n, TimestampNs ts) {
+  Direction& d = direction(flow);
+  if (d.parser && !d.ended) d.parser->gap(n, ts);
+}
+
+void Http1Session::end(Flow flow, TimestampNs ts) {
+  Direction& d = direction(flow);
+  if (!d.parser || d.ended) return;
+  d.ended = true;
+  d.parser->close(ts);
+}
+
+void Http1Session::close(TimestampNs ts) {
+  end(Flow::outbound, ts);
+  end(Flow::inbound, ts);
+  if (response_) end_response(ts, ResponseEnd::cut_short);
+}
+
+void Http1Session::abandon_response(TimestampNs ts) {
+  if (response_) end_response(ts, ResponseEnd::cut_short);
+}
+
+// ---- requests ---------------------------------------------------------------
+
+void Http1Session::RequestSide::on_request_head(const RequestHead& head, TimestampNs ts) {
+  RequestInfo req;
+  req.method = head.method;
+  req.target = head.target;
+  req.start_ns = ts;
+  s_.requests_.push_back(std::move(req));
+  if (s_.requests_.size() > kMaxPendingRequests) s_.requests_.pop_front();
+}
+
+void Http1Session::RequestSide::on_body(std::span<const std::uint8_t> bytes, std::uint64_t, TimestampNs) {
+  if (s_.requests_.empty()) return;
+  std::string& body = s_.requests_.back().body_head;
+  const std::size_t room = s_.request_body_head_ - std::min(body.size(), s_.request_body_head_);
+  body.append(reinterpret_cast<const char*>(bytes.data()), std::min(room, bytes.size()));
+}
+
+void Http1Session::RequestSide::on_message_end(TimestampNs ts) {
+  if (s_.requests_.empty()) return;
+  RequestInfo& req = s_.requests_.back();
+  req.end_ns = ts;
+  req.complete = true;
+}
+
+void Http1Session::RequestSide::on_error(ParseError e, std::string_view) { s_.sink_.on_parse_error(e, false); }
+
+// ---- responses --------------------------------------------------------------
+
+void Http1Session::start_response(const ResponseHead& head, TimestampNs ts) {
+  if (response_) end_response(ts, ResponseEnd::superseded);
+  OpenResponse& open = response_.emplace();
+  open.event_stream = head.event_stream;
+  open.joined_midstream = head.joined_midstream;
+  ResponseInfo info;
+  info.exchange = responses_++;
+  info.status = head.status;
+  info.content_type = head.content_type;
+  info.framing = head.framing;
+  info.event_stream = head.event_stream;
+  info.joined_midstream = head.joined_midstream;
+  info.head_ns = ts;
+  if (!head.joined_midstream && !requests_.empty()) info.request = &requests_.front();
+  if (open.event_stream) {
+    open.sse.emplace([this](const SseEvent& e) { on_sse_event(e); });
+    if (head.joined_midstream) open.sse->resync();
+  }
+  sink_.on_response(info);
+}
+
+void Http1Session::end_response(TimestampNs ts, ResponseEnd how) {
+  OpenResponse open = std::move(*response_);
+  response_.reset();
+  if (!requests_.empty() && !open.joined_midstream) requests_.pop_front();
+  if (open.sse) open.sse->end(ts);
+  sink_.on_response_end(ts, how);
+}
+
+void Http1Session::on_sse_event(const SseEvent& e) {
+  StreamEvent event;
+  event.type = e.type;
+  event.data = e.data;
+  event.ts = e.ts;
+  event.first_byte_ts = e.first_byte_ts;
+  event.body_offset = e.stream_offset;
+  event.wire_bytes = e.wire_bytes;
+  event.truncated = e.truncated;
+  const std::uint64_t end = e.stream_offset + e.wire_bytes;
+  if (const auto& span = response_->span; span && end > span->body_offset && end <= span->body_offset + span->length)
+    event.end_position = span->position + (end - span->body_offset);
+  sink_.on_event(event);
+}
+
+void Http1Session::ResponseSide::on_response_head(const ResponseHead& head, TimestampNs ts) {
+  if (head.status >= 100 && head.status < 200) return;  // interim responses
+  s_.start_response(head, ts);
+}
+
+void Http1Session::ResponseSide::on_body(std::span<const std::uint8_t> bytes, std::uint64_t position, TimestampNs ts) {
+  if (!s_.response_ || !s_.response_->event_stream) return;
+  OpenResponse& open = *s_.response_;
+  open.span = BodySpan{open.body_offset, bytes.size(), position};
+  open.body_offset += bytes.size();
+  s_.sink_.on_body_bytes(bytes.size());
+  open.sse->feed(bytes, ts);
+  if (s_.response_) s_.response_->span.reset();
+}
+
+void Http1Session::ResponseSide::on_body_gap(std::uint64_t n, TimestampNs ts) {
+  if (!s_.response_ || !s_.response_->event_stream) return;
+  s_.response_->body_offset += n;
+  s_.sink_.on_body_gap(n);
+  s_.response_->sse->gap(n, ts);
+}
+
+void Http1Session::ResponseSide::on_message_end(TimestampNs ts) {
+  if (s_.response_) s_.end_response(ts, ResponseEnd::complete);
+}
+
+void Http1Session::ResponseSide::on_error(ParseError e, std::string_view) {
+  s_.sink_.on_parse_error(e, s_.response_ && s_.response_->event_stream);
+}
+
+}  // namespace infertap::protocol

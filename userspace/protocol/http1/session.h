@@ -1,0 +1,118 @@
+// HTTP/1.x over the two byte streams of one connection: which end the traced
+// process is on, a parser per direction placed by that role, responses paired
+// with the requests they answer (in order, as HTTP/1.1 pipelines them), and
+// the events of each text/event-stream body.
+//
+//   outbound/inbound pieces --> Http1Session --> ExchangeSink
+//
+// The session knows bytes, positions and times only: which capture made the
+// pieces, and what a TCP sequence is, belong to the caller.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+
+#include "protocol/exchange.h"
+#include "protocol/http1/parser.h"
+#include "protocol/sse/parser.h"
+#include "protocol/stream.h"
+
+namespace infertap::protocol {
+
+// The role a connection's first bytes give the process that moved them:
+// server when it receives a request or sends a response (or an event stream
+// joined mid-way), client the other way round; unknown when they are not
+// HTTP/1.
+Role role_from_first_bytes(Flow flow, std::span<const std::uint8_t> head);
+
+class Http1Session {
+ public:
+  // `request_body_head`: bytes of each request body kept for the interpreter.
+  Http1Session(ExchangeSink& sink, std::size_t request_body_head);
+  Http1Session(const Http1Session&) = delete;
+  Http1Session& operator=(const Http1Session&) = delete;
+
+  // The first piece with bytes decides the role. Returns false when they are
+  // not HTTP/1: nothing is parsed on this connection then.
+  bool decide(Flow flow, std::span<const std::uint8_t> head);
+  Role role() const { return role_; }
+  // Whether `flow` still has a parser taking bytes.
+  bool accepts(Flow flow) const;
+  // Does `flow` carry the responses (the body a stream is made of)?
+  bool carries_responses(Flow flow) const;
+
+  void feed(Flow flow, const Piece& piece);
+  // `n` bytes of `flow` never reached userspace (lost before its next piece).
+  void gap(Flow flow, std::uint64_t n, TimestampNs ts);
+  // `flow` ended (EOF received, or this side shut down its sending).
+  void end(Flow flow, TimestampNs ts);
+  // Both directions end. A response still open afterwards ends `cut_short`.
+  void close(TimestampNs ts);
+  // Drops the response in progress (`cut_short`); the connection goes on.
+  void abandon_response(TimestampNs ts);
+  bool response_open() const { return response_.has_value(); }
+
+ private:
+  struct Direction {
+    std::optional<HttpParser> parser;
+    bool ended = false;
+  };
+  class RequestSide : public HttpMessageSink {
+   public:
+    explicit RequestSide(Http1Session& s) : s_(s) {}
+    void on_request_head(const RequestHead& head, TimestampNs ts) override;
+    void on_body(std::span<const std::uint8_t> bytes, std::uint64_t position, TimestampNs ts) override;
+    void on_message_end(TimestampNs ts) override;
+    void on_error(ParseError e, std::string_view detail) override;
+
+   private:
+    Http1Session& s_;
+  };
+  class ResponseSide : public HttpMessageSink {
+   public:
+    explicit ResponseSide(Http1Session& s) : s_(s) {}
+    void on_response_head(const ResponseHead& head, TimestampNs ts) override;
+    void on_body(std::span<const std::uint8_t> bytes, std::uint64_t position, TimestampNs ts) override;
+    void on_body_gap(std::uint64_t n, TimestampNs ts) override;
+    void on_message_end(TimestampNs ts) override;
+    void on_error(ParseError e, std::string_view detail) override;
+
+   private:
+    Http1Session& s_;
+  };
+  // Where the body bytes being handed to the event parser sit in the stream,
+  // so that an event they complete gets the position of its last byte.
+  struct BodySpan {
+    std::uint64_t body_offset = 0;
+    std::uint64_t length = 0;
+    std::uint64_t position = 0;
+  };
+  struct OpenResponse {
+    OpenResponse() {}  // user-provided: clang needs it to emplace a nested type with member initialisers
+    bool event_stream = false;
+    bool joined_midstream = false;
+    std::uint64_t body_offset = 0;  // body bytes so far, holes included
+    std::optional<SseParser> sse;
+    std::optional<BodySpan> span;
+  };
+
+  Direction& direction(Flow flow) { return flow == Flow::outbound ? outbound_ : inbound_; }
+  const Direction& direction(Flow flow) const { return flow == Flow::outbound ? outbound_ : inbound_; }
+  void start_response(const ResponseHead& head, TimestampNs ts);
+  void end_response(TimestampNs ts, ResponseEnd how);
+  void on_sse_event(const SseEvent& event);
+
+  ExchangeSink& sink_;
+  const std::size_t request_body_head_;
+  Role role_ = Role::unknown;
+  RequestSide request_side_{*this};
+  ResponseSide response_side_{*this};
+  Direction outbound_, inbound_;
+  std::deque<RequestInfo> requests_;
+  std::optional<OpenResponse> response_;
+  std::uint64_t responses_ = 0;
+};
+
+}  // namespace infertap::protocol

@@ -1,0 +1,164 @@
+// Http1Session from pieces of both directions: the role the first bytes give,
+// responses paired with their requests in order, events placed at the stream
+// position of their last byte, and how each response ended.
+#include "protocol/http1/session.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace infertap::protocol {
+namespace {
+
+std::span<const std::uint8_t> bytes(std::string_view s) {
+  return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()};
+}
+
+struct Recorder : ExchangeSink {
+  struct Response {
+    ResponseInfo info;
+    std::string method, target;
+    std::vector<std::string> events;
+    std::vector<std::optional<std::uint64_t>> end_positions;
+    std::optional<ResponseEnd> end;
+    std::uint64_t body = 0, gaps = 0;
+  };
+  std::vector<Response> responses;
+  std::vector<ParseError> errors;
+
+  void on_response(const ResponseInfo& r) override {
+    Response out;
+    out.info = r;
+    if (r.request) {
+      out.method = r.request->method;
+      out.target = r.request->target;
+    }
+    out.info.request = nullptr;  // valid only during the call
+    responses.push_back(out);
+  }
+  void on_event(const StreamEvent& e) override {
+    responses.back().events.emplace_back(e.data);
+    responses.back().end_positions.push_back(e.end_position);
+  }
+  void on_body_bytes(std::uint64_t n) override { responses.back().body += n; }
+  void on_body_gap(std::uint64_t n) override { responses.back().gaps += n; }
+  void on_response_end(TimestampNs, ResponseEnd how) override { responses.back().end = how; }
+  void on_parse_error(ParseError e, bool) override { errors.push_back(e); }
+};
+
+// Feeds one direction piece by piece, keeping its stream position.
+struct Side {
+  Http1Session& session;
+  Flow flow;
+  std::uint64_t position = 0;
+  void send(std::string_view s, TimestampNs ts) {
+    Piece p;
+    p.position = position;
+    p.length = s.size();
+    p.head = bytes(s);
+    p.ts = ts;
+    session.feed(flow, p);
+    position += s.size();
+  }
+};
+
+const std::string kRequest = "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}";
+const std::string kStreamHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: ";
+
+TEST(Http1Session, FirstBytesGiveTheRole) {
+  EXPECT_EQ(role_from_first_bytes(Flow::inbound, bytes("GET / HTTP/1.1\r\n")), Role::server);
+  EXPECT_EQ(role_from_first_bytes(Flow::outbound, bytes("POST /v1 HTTP/1.1\r\n")), Role::client);
+  EXPECT_EQ(role_from_first_bytes(Flow::inbound, bytes("HTTP/1.1 200 OK\r\n")), Role::client);
+  EXPECT_EQ(role_from_first_bytes(Flow::outbound, bytes("data: {}\n\n")), Role::server);
+  EXPECT_EQ(role_from_first_bytes(Flow::outbound, bytes("1f\r\ndata: x")), Role::server);
+  EXPECT_EQ(role_from_first_bytes(Flow::outbound, bytes("\x16\x03\x01\x02\x00")), Role::unknown);
+}
+
+TEST(Http1Session, NotHttpIsRefused) {
+  Recorder rec;
+  Http1Session session(rec, 4096);
+  EXPECT_FALSE(session.decide(Flow::inbound, bytes("SSH-2.0-OpenSSH_9.2\r\n")));
+  EXPECT_FALSE(session.accepts(Flow::inbound));
+}
+
+TEST(Http1Session, PipelinedResponsesAnswerTheirRequestsInOrder) {
+  Recorder rec;
+  Http1Session session(rec, 4096);
+  ASSERT_TRUE(session.decide(Flow::inbound, bytes(kRequest)));
+  EXPECT_EQ(session.role(), Role::server);
+  EXPECT_TRUE(session.carries_responses(Flow::outbound));
+  Side in{session, Flow::inbound}, out{session, Flow::outbound};
+  in.send(kRequest, 1);
+  in.send("GET /health HTTP/1.1\r\n\r\n", 2);
+  const std::string event = "data: {\"a\":1}\n\n";
+  const std::string head = kStreamHead + std::to_string(event.size()) + "\r\n\r\n";
+  out.send(head, 3);
+  out.send(event, 4);
+  out.send("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 5);
+  ASSERT_EQ(rec.responses.size(), 2u);
+  EXPECT_EQ(rec.responses[0].target, "/v1/chat/completions");
+  EXPECT_EQ(rec.responses[0].info.exchange, 0u);
+  EXPECT_TRUE(rec.responses[0].info.event_stream);
+  EXPECT_EQ(rec.responses[0].events, std::vector<std::string>{"{\"a\":1}"});
+  // The event's last byte is the last byte of the piece that carried it.
+  ASSERT_EQ(rec.responses[0].end_positions.size(), 1u);
+  EXPECT_EQ(rec.responses[0].end_positions[0], head.size() + event.size());
+  EXPECT_EQ(rec.responses[0].end, ResponseEnd::complete);
+  EXPECT_EQ(rec.responses[1].target, "/health");
+  EXPECT_FALSE(rec.responses[1].info.event_stream);
+  EXPECT_EQ(rec.responses[1].body, 0u) << "only event-stream bodies are handed on";
+}
+
+TEST(Http1Session, HolesCountAsBodyAndKeepPositions) {
+  Recorder rec;
+  Http1Session session(rec, 4096);
+  ASSERT_TRUE(session.decide(Flow::inbound, bytes(kRequest)));
+  Side in{session, Flow::inbound}, out{session, Flow::outbound};
+  in.send(kRequest, 1);
+  const std::string e1 = "data: one\n\n", e2 = "data: two\n\n";
+  const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n";  // until close
+  out.send(head, 2);
+  // One call moved e1 + e2; only e1's first 4 bytes and e2 were captured.
+  const std::string both = e1 + e2;
+  Piece p;
+  p.position = out.position;
+  p.length = both.size();
+  p.head = bytes(std::string_view(both).substr(0, 4));
+  p.tail = bytes(std::string_view(both).substr(e1.size()));
+  p.ts = 3;
+  session.feed(Flow::outbound, p);
+  session.close(4);
+  ASSERT_EQ(rec.responses.size(), 1u);
+  const auto& r = rec.responses[0];
+  EXPECT_EQ(r.gaps, e1.size() - 4);
+  EXPECT_EQ(r.body + r.gaps, both.size());
+  ASSERT_FALSE(r.events.empty());
+  EXPECT_EQ(r.events.back(), "two");
+  EXPECT_EQ(r.end_positions.back(), head.size() + both.size());
+  EXPECT_EQ(r.end, ResponseEnd::complete) << "an until-close body ends with the connection";
+}
+
+TEST(Http1Session, AResponseTheConnectionCutShortSaysSo) {
+  Recorder rec;
+  Http1Session session(rec, 4096);
+  ASSERT_TRUE(session.decide(Flow::outbound, bytes(kRequest)));  // a client
+  EXPECT_EQ(session.role(), Role::client);
+  Side out{session, Flow::outbound}, in{session, Flow::inbound};
+  out.send(kRequest, 1);
+  out.send(kRequest, 2);
+  const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+  in.send(head + "b\r\ndata: one\n\n\r\n0\r\n\r\n", 3);
+  in.send(head + "b\r\ndata: two\n\n\r\n", 4);
+  EXPECT_TRUE(session.response_open());
+  session.close(5);
+  EXPECT_FALSE(session.response_open());
+  ASSERT_EQ(rec.responses.size(), 2u);
+  EXPECT_EQ(rec.responses[0].end, ResponseEnd::complete);
+  EXPECT_EQ(rec.responses[1].events, std::vector<std::string>{"two"});
+  EXPECT_EQ(rec.responses[1].end, ResponseEnd::cut_short);
+  EXPECT_EQ(rec.errors, std::vector<ParseError>{ParseError::truncated_message});
+}
+
+}  // namespace
+}  // namespace infertap::protocol
