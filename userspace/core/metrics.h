@@ -1,4 +1,4 @@
-// Stream metrics exactly as docs/metrics.md defines them (DESIGN §2). Pure
+// Stream metrics exactly as docs/metrics.md defines them. Pure
 // functions over a record's timeline: testable without capture or clocks.
 #pragma once
 

@@ -98,7 +98,7 @@ struct PathTimes {
                                     // hop's ack
 };
 
-// Where a stall came from (DESIGN §3). `none` until diagnosed.
+// Where a stall came from. `none` until diagnosed.
 enum class StallCause : std::uint8_t { none, model, gateway_buffering, backpressure, network, client_read };
 std::string_view to_string(StallCause c);
 

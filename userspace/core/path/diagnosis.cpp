@@ -81,31 +81,31 @@ Verdict emit_cause(const PathNode* s, int ia, int ib) {
           "nothing sent for " + evidence_ms(gap) + " (the next send took " + std::to_string(blocked / 1000) + " µs)"};
 }
 
-// The hop of hb (event b's path) that added most to the gap over ha (event
-// a's path): gaps are compared hop by hop at the same vantage.
+// The hop of event b's path that added most to the gap over event a's path:
+// gaps are compared hop by hop at the same vantage.
 struct WorstHop {
   const Hop* a = nullptr;
   const Hop* b = nullptr;
-  std::size_t k = 0;                  // index of b in hb
+  std::size_t k = 0;                  // index of b in event b's path
   std::int64_t added = INT64_MIN;     // what that hop added to the gap
   std::int64_t last_gap = 0;          // the gap at the last vantage compared
 };
 
-WorstHop worst_hop(const std::vector<Hop>& ha, const std::vector<Hop>& hb) {
+WorstHop worst_hop(const std::vector<Hop>& path_a, const std::vector<Hop>& path_b) {
   WorstHop w;
-  for (std::size_t k = 0; k < hb.size(); ++k) {
-    const Hop* pa = nullptr;
-    for (const Hop& x : ha) {
-      if (x.at == hb[k].at && x.kind == hb[k].kind) pa = &x;
+  for (std::size_t k = 0; k < path_b.size(); ++k) {
+    const Hop* same_at_a = nullptr;
+    for (const Hop& x : path_a) {
+      if (x.at == path_b[k].at && x.kind == path_b[k].kind) same_at_a = &x;
     }
-    if (!pa) continue;
-    const auto gap = static_cast<std::int64_t>(hb[k].ts) - static_cast<std::int64_t>(pa->ts);
+    if (!same_at_a) continue;
+    const auto gap = static_cast<std::int64_t>(path_b[k].ts) - static_cast<std::int64_t>(same_at_a->ts);
     const std::int64_t added = gap - w.last_gap;
     w.last_gap = gap;
     if (added > w.added) {
       w.added = added;
-      w.a = pa;
-      w.b = &hb[k];
+      w.a = same_at_a;
+      w.b = &path_b[k];
       w.k = k;
     }
   }
@@ -114,8 +114,8 @@ WorstHop worst_hop(const std::vector<Hop>& ha, const std::vector<Hop>& hb) {
 
 // The sender is not on this host: a gap in what arrived is the server's or
 // the network's before this host, and cannot be told apart from here.
-Verdict remote_sender_cause(const std::vector<Hop>& hb, const WorstHop& w) {
-  const Hop* arrived_b = hb.front().kind == HopKind::arrived ? &hb.front() : nullptr;
+Verdict remote_sender_cause(const std::vector<Hop>& path_b, const WorstHop& w) {
+  const Hop* arrived_b = path_b.front().kind == HopKind::arrived ? &path_b.front() : nullptr;
   if (w.b->kind == HopKind::read && arrived_b && w.b != arrived_b)
     return {StallCause::client_read,
             "bytes waited " + evidence_ms(unread_ns(event_of(*w.b))) + " in the client's socket before the read"};
@@ -124,7 +124,7 @@ Verdict remote_sender_cause(const std::vector<Hop>& hb, const WorstHop& w) {
 }
 
 // A gateway sent late what it had read on time.
-Verdict gateway_held(const std::vector<Hop>& hb, const WorstHop& w) {
+Verdict gateway_held(const std::vector<Hop>& path_b, const WorstHop& w) {
   const PathNode* at = w.b->at;
   std::uint32_t burst = 0;
   for (int u : at->gateway->to_gateway) {
@@ -132,8 +132,8 @@ Verdict gateway_held(const std::vector<Hop>& hb, const WorstHop& w) {
   }
   std::uint64_t held = 0;
   for (std::size_t k = w.k; k-- > 0;) {
-    if (hb[k].kind == HopKind::read && hb[k].at == at->gateway) {
-      held = w.b->ts > hb[k].ts ? w.b->ts - hb[k].ts : 0;
+    if (path_b[k].kind == HopKind::read && path_b[k].at == at->gateway) {
+      held = w.b->ts > path_b[k].ts ? w.b->ts - path_b[k].ts : 0;
       break;
     }
   }
@@ -154,10 +154,10 @@ Verdict read_hop_cause(const WorstHop& w) {
 
 // The bytes left the sender on time and reached the peer (ACK) or a local
 // socket (arrival) late: the receiver's window, the network.
-Verdict transport_hop_cause(const std::vector<Hop>& hb, const WorstHop& w, bool ends_at_local_reader) {
+Verdict transport_hop_cause(const std::vector<Hop>& path_b, const WorstHop& w, bool ends_at_local_reader) {
   const PathNode* sender = w.b->kind == HopKind::acked ? w.b->at : nullptr;
   for (std::size_t k = w.k; !sender && k-- > 0;) {
-    if (hb[k].kind == HopKind::emit) sender = hb[k].at;
+    if (path_b[k].kind == HopKind::emit) sender = path_b[k].at;
   }
   const TimestampNs ta = w.a->ts, tb = w.b->ts;
   const std::uint64_t gap = tb > ta ? tb - ta : 0;
@@ -167,7 +167,7 @@ Verdict transport_hop_cause(const std::vector<Hop>& hb, const WorstHop& w, bool 
   const std::uint64_t zero = overlap_ns(tcp.zero_window, ta, tb);
   const std::size_t rt = count_in(tcp.retransmit_ns, ta, tb);
   const std::string vantage = w.b->kind == HopKind::acked ? "ACK" : "arrival";
-  const Hop* send_hop = last_emit_at_or_before(hb, w.k);
+  const Hop* send_hop = last_emit_at_or_before(path_b, w.k);
   const bool held_by_kernel = send_hop && event_of(*send_hop).more;
   if (held_by_kernel && sender && sender->gateway)
     return {StallCause::gateway_buffering,
@@ -190,31 +190,31 @@ std::string evidence_ms(std::uint64_t ns) {
 }
 
 Verdict gap_cause(const PathNode* node, int a, int b, bool through_final) {
-  const std::vector<Hop> ha = hops_of(node, a);
-  std::vector<Hop> hb = hops_of(node, b);
+  const std::vector<Hop> path_a = hops_of(node, a);
+  std::vector<Hop> path_b = hops_of(node, b);
   if (!through_final) {
     // Only up to the node's own vantage.
     const HopKind own = node->rec.role == Role::server ? HopKind::emit : HopKind::read;
-    for (std::size_t k = 0; k < hb.size(); ++k) {
-      if (hb[k].at == node && hb[k].kind == own) {
-        hb.resize(k + 1);
+    for (std::size_t k = 0; k < path_b.size(); ++k) {
+      if (path_b[k].at == node && path_b[k].kind == own) {
+        path_b.resize(k + 1);
         break;
       }
     }
   }
-  const WorstHop w = worst_hop(ha, hb);
+  const WorstHop w = worst_hop(path_a, path_b);
   if (!w.b) return {StallCause::model, "no other vantage of this event"};
-  if (hb.front().kind != HopKind::emit) return remote_sender_cause(hb, w);
-  const bool ends_at_local_reader = hb.back().kind == HopKind::read && through_final;
+  if (path_b.front().kind != HopKind::emit) return remote_sender_cause(path_b, w);
+  const bool ends_at_local_reader = path_b.back().kind == HopKind::read && through_final;
   Verdict out;
   switch (w.b->kind) {
     case HopKind::emit:
       out = emit_cause(w.b->at, w.a->index, w.b->index);
-      if (w.b->at->gateway && out.cause == StallCause::model) out = gateway_held(hb, w);
+      if (w.b->at->gateway && out.cause == StallCause::model) out = gateway_held(path_b, w);
       break;
     case HopKind::read: out = read_hop_cause(w); break;
     case HopKind::arrived:
-    case HopKind::acked: out = transport_hop_cause(hb, w, ends_at_local_reader); break;
+    case HopKind::acked: out = transport_hop_cause(path_b, w, ends_at_local_reader); break;
   }
   // Seen from the client, a sender held back by a local reader that did not
   // drain is the reader's doing.

@@ -20,11 +20,11 @@ PathJoiner::PathJoiner(const PipelineConfig& config) : config_(config) {}
 
 std::vector<StreamRecord> PathJoiner::add(StreamRecord&& record, TimestampNs now, const PathPartners& partners) {
   std::vector<StreamRecord> out;
-  if (held_.size() >= config_.max_held_records) {
+  if (waiting_.size() >= config_.max_held_records) {
     // Bounded memory: the oldest wait ends early.
-    try_release(held_.front(), now, nullptr, out);
+    try_release(waiting_.front(), now, nullptr, out);
   }
-  Held& h = held_.emplace_back();
+  Waiting& h = waiting_.emplace_back();
   h.rec = std::move(record);
   h.deadline = now + config_.path_settle_ns;
   h.cap = now + config_.stream_idle_timeout_ns;
@@ -38,15 +38,15 @@ std::vector<StreamRecord> PathJoiner::add(StreamRecord&& record, TimestampNs now
 
 // ---- linking ----------------------------------------------------------------
 
-void PathJoiner::link(Held& h) {
-  for (Held& o : held_) {
+void PathJoiner::link(Waiting& h) {
+  for (Waiting& o : waiting_) {
     if (&o == &h) continue;
     if (!link_peer(h, o)) link_gateway_legs(h, o);
   }
 }
 
 // The other end of this TCP connection: reversed 4-tuple, matching events.
-bool PathJoiner::link_peer(Held& h, Held& o) {
+bool PathJoiner::link_peer(Waiting& h, Waiting& o) {
   const StreamRecord& r = h.rec;
   if (h.peer || o.peer || o.rec.role == r.role || !same_endpoint(o.rec.conn.local, r.conn.remote) ||
       !same_endpoint(o.rec.conn.remote, r.conn.local))
@@ -61,13 +61,13 @@ bool PathJoiner::link_peer(Held& h, Held& o) {
 }
 
 // A gateway's other leg: same process, opposite role, same events.
-void PathJoiner::link_gateway_legs(Held& h, Held& o) {
+void PathJoiner::link_gateway_legs(Waiting& h, Waiting& o) {
   const StreamRecord& r = h.rec;
   if (h.gateway || o.gateway || o.rec.role == r.role || o.rec.conn.pid != r.conn.pid || r.role == Role::unknown ||
       o.rec.role == Role::unknown)
     return;
-  Held& up = r.role == Role::client ? h : o;
-  Held& down = r.role == Role::client ? o : h;
+  Waiting& up = r.role == Role::client ? h : o;
+  Waiting& down = r.role == Role::client ? o : h;
   const bool same_id = !up.rec.response_id.empty() && up.rec.response_id == down.rec.response_id;
   if (!up.rec.response_id.empty() && !down.rec.response_id.empty() && !same_id) return;
   std::vector<int> u2d = match_by_content(up.rec, down.rec);
@@ -93,7 +93,7 @@ void PathJoiner::link_gateway_legs(Held& h, Held& o) {
 
 // ---- waiting ----------------------------------------------------------------
 
-bool PathJoiner::satisfied(const Held& h) const {
+bool PathJoiner::satisfied(const Waiting& h) const {
   if (h.want_peer && !h.peer) return false;
   if (h.want_gateway && !h.gateway) return false;
   // A sender waits for the ACK of its last event when ACKs are being seen.
@@ -106,7 +106,7 @@ bool PathJoiner::satisfied(const Held& h) const {
 
 // Past the settle time, a record keeps waiting only for a partner that is
 // still streaming (a slow reader, a gateway draining to a slow client).
-bool PathJoiner::waiting_for_streaming_partner(const Held& h, TimestampNs now, const PathPartners& partners) const {
+bool PathJoiner::waiting_for_streaming_partner(const Waiting& h, TimestampNs now, const PathPartners& partners) const {
   using Activity = PathPartners::Activity;
   if (now >= h.cap) return false;
   const bool peer_streaming =
@@ -115,12 +115,12 @@ bool PathJoiner::waiting_for_streaming_partner(const Held& h, TimestampNs now, c
   return peer_streaming || leg_streaming;
 }
 
-PathJoiner::Group PathJoiner::group_of(Held& h) {
+PathJoiner::Group PathJoiner::group_of(Waiting& h) {
   Group group{&h};
   for (std::size_t i = 0; i < group.size(); ++i) {
     for (PathNode* n : {group[i]->peer, group[i]->gateway}) {
-      auto* held = static_cast<Held*>(n);  // every node is a Held
-      if (held && std::find(group.begin(), group.end(), held) == group.end()) group.push_back(held);
+      auto* w = static_cast<Waiting*>(n);  // every node is a Waiting
+      if (w && std::find(group.begin(), group.end(), w) == group.end()) group.push_back(w);
     }
   }
   return group;
@@ -129,40 +129,40 @@ PathJoiner::Group PathJoiner::group_of(Held& h) {
 // `partners` null: release now, whatever is missing.
 bool PathJoiner::ready(const Group& group, TimestampNs now, const PathPartners* partners) const {
   if (!partners) return true;
-  if (std::all_of(group.begin(), group.end(), [&](const Held* m) { return satisfied(*m); })) return true;
+  if (std::all_of(group.begin(), group.end(), [&](const Waiting* m) { return satisfied(*m); })) return true;
   const TimestampNs deadline =
-      (*std::max_element(group.begin(), group.end(), [](const Held* a, const Held* b) {
+      (*std::max_element(group.begin(), group.end(), [](const Waiting* a, const Waiting* b) {
         return a->deadline < b->deadline;
       }))->deadline;
   if (now < deadline) return false;
   return std::none_of(group.begin(), group.end(),
-                      [&](const Held* m) { return waiting_for_streaming_partner(*m, now, *partners); });
+                      [&](const Waiting* m) { return waiting_for_streaming_partner(*m, now, *partners); });
 }
 
-void PathJoiner::try_release(Held& h, TimestampNs now, const PathPartners* partners, std::vector<StreamRecord>& out) {
+void PathJoiner::try_release(Waiting& h, TimestampNs now, const PathPartners* partners, std::vector<StreamRecord>& out) {
   const Group group = group_of(h);
   if (!ready(group, now, partners)) return;
   finish(group);
   if (group.size() > 1) joined_ += group.size();
   // Release in the order the records finished.
-  for (auto it = held_.begin(); it != held_.end();) {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (std::find(group.begin(), group.end(), &*it) == group.end()) {
       ++it;
       continue;
     }
     out.push_back(std::move(it->rec));
-    it = held_.erase(it);
+    it = waiting_.erase(it);
   }
 }
 
 // The path stages, in order: each needs what the one before filled.
 void PathJoiner::finish(const Group& group) {
   std::vector<Hop> scratch;  // one event's hops; storage reused across events
-  for (Held* h : group) fill_path_times(*h, scratch);
-  for (Held* h : group) {
+  for (Waiting* h : group) fill_path_times(*h, scratch);
+  for (Waiting* h : group) {
     if (h->gateway) h->rec.gateway = std::make_shared<const GatewayLeg>(gateway_leg_of(*h));
   }
-  for (Held* h : group) {
+  for (Waiting* h : group) {
     diagnose_own_stalls(*h);
     if (std::optional<Delivery> d = delivery_of(*h, config_)) h->rec.delivery = std::make_shared<const Delivery>(std::move(*d));
   }
@@ -171,7 +171,7 @@ void PathJoiner::finish(const Group& group) {
 // ---- signals and releases -----------------------------------------------------
 
 void PathJoiner::on_signal(std::uint64_t sock_id, std::uint64_t generation, const capture::DeliverySignal& signal) {
-  for (Held& h : held_) {
+  for (Waiting& h : waiting_) {
     if (h.rec.conn.sock_id != sock_id || h.rec.conn.generation != generation) continue;
     TcpContext& tcp = h.rec.tcp;
     note_signal(tcp, signal);
@@ -186,7 +186,7 @@ void PathJoiner::on_signal(std::uint64_t sock_id, std::uint64_t generation, cons
 std::vector<StreamRecord> PathJoiner::on_closed(std::uint64_t sock_id, std::uint64_t generation, TimestampNs now,
                                                 const PathPartners& partners) {
   bool any = false;
-  for (Held& h : held_) {
+  for (Waiting& h : waiting_) {
     if (h.rec.conn.sock_id == sock_id && h.rec.conn.generation == generation) h.closed = any = true;
   }
   return any ? release_due(now, partners) : std::vector<StreamRecord>{};
@@ -198,10 +198,10 @@ std::vector<StreamRecord> PathJoiner::release_due(TimestampNs now, const PathPar
   bool again = true;
   while (again) {
     again = false;
-    for (Held& h : held_) {
-      const std::size_t before = held_.size();
+    for (Waiting& h : waiting_) {
+      const std::size_t before = waiting_.size();
       try_release(h, now, &partners, out);
-      if (held_.size() != before) {
+      if (waiting_.size() != before) {
         again = true;
         break;
       }
@@ -212,7 +212,7 @@ std::vector<StreamRecord> PathJoiner::release_due(TimestampNs now, const PathPar
 
 std::vector<StreamRecord> PathJoiner::release_all() {
   std::vector<StreamRecord> out;
-  while (!held_.empty()) try_release(held_.front(), 0, nullptr, out);
+  while (!waiting_.empty()) try_release(waiting_.front(), 0, nullptr, out);
   return out;
 }
 

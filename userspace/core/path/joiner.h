@@ -55,31 +55,31 @@ class PathJoiner {
   // The records whose path is complete or whose wait is over.
   std::vector<StreamRecord> release_due(TimestampNs now, const PathPartners& partners);
   std::vector<StreamRecord> release_all();
-  std::size_t held() const { return held_.size(); }
+  std::size_t held() const { return waiting_.size(); }
   std::uint64_t joined() const { return joined_; }  // records released linked to another
 
  private:
-  struct Held : PathNode {
+  struct Waiting : PathNode {  // a record waiting for the rest of its path
     TimestampNs deadline = 0;  // settle time after it finished
     TimestampNs cap = 0;       // longest wait for a partner still streaming
     bool want_peer = false;
     bool want_gateway = false;
     bool closed = false;  // its socket closed: no ACK to wait for
   };
-  using Group = std::vector<Held*>;
+  using Group = std::vector<Waiting*>;
 
-  bool satisfied(const Held& h) const;
-  bool waiting_for_streaming_partner(const Held& h, TimestampNs now, const PathPartners& partners) const;
-  void link(Held& h);
-  bool link_peer(Held& h, Held& other);
-  void link_gateway_legs(Held& h, Held& other);
-  Group group_of(Held& h);
+  bool satisfied(const Waiting& h) const;
+  bool waiting_for_streaming_partner(const Waiting& h, TimestampNs now, const PathPartners& partners) const;
+  void link(Waiting& h);
+  bool link_peer(Waiting& h, Waiting& other);
+  void link_gateway_legs(Waiting& h, Waiting& other);
+  Group group_of(Waiting& h);
   bool ready(const Group& group, TimestampNs now, const PathPartners* partners) const;
-  void try_release(Held& h, TimestampNs now, const PathPartners* partners, std::vector<StreamRecord>& out);
+  void try_release(Waiting& h, TimestampNs now, const PathPartners* partners, std::vector<StreamRecord>& out);
   void finish(const Group& group);
 
   const PipelineConfig& config_;
-  std::list<Held> held_;  // stable addresses: links are pointers
+  std::list<Waiting> waiting_;  // stable addresses: links are pointers
   std::uint64_t joined_ = 0;
 };
 
