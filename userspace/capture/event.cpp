@@ -11,8 +11,6 @@ std::string_view to_string(DecodeError e) {
   return "unknown";
 }
 
-namespace {
-
 DeliverySignal signal_of(const itap_path_event& p) {
   DeliverySignal s;
   switch (p.path_kind) {
@@ -30,19 +28,6 @@ DeliverySignal signal_of(const itap_path_event& p) {
   return s;
 }
 
-}  // namespace
-
-std::optional<DeliverySignal> carried_arrival(const IoEvent& event) {
-  const itap_event& h = event.h();
-  if (!h.arrived_ns) return std::nullopt;
-  DeliverySignal s;
-  s.kind = DeliverySignal::Kind::arrived;
-  s.ts_ns = h.arrived_ns;
-  s.sock_id = h.sock_id;
-  s.seq = h.arrived_seq;
-  return s;
-}
-
 DecodeResult decode(std::span<const std::uint8_t> record) {
   DecodeResult r;
   // Every record kind has ts_ns, sock_id and kind at the same offsets.
@@ -53,7 +38,7 @@ DecodeResult decode(std::span<const std::uint8_t> record) {
         r.error = DecodeError::bad_kind;
         return r;
       }
-      r.signal = signal_of(*p);
+      r.signal = p;
       return r;
     }
   }

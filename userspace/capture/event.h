@@ -47,14 +47,26 @@ struct DeliverySignal {
 };
 
 // The arrival a receive event carries (itap_event.arrived_ns), if any.
-std::optional<DeliverySignal> carried_arrival(const IoEvent& event);
+inline std::optional<DeliverySignal> carried_arrival(const IoEvent& event) {
+  const itap_event& h = event.h();
+  if (!h.arrived_ns) return std::nullopt;
+  DeliverySignal s;
+  s.kind = DeliverySignal::Kind::arrived;
+  s.ts_ns = h.arrived_ns;
+  s.sock_id = h.sock_id;
+  s.seq = h.arrived_seq;
+  return s;
+}
+
+// The signal a delivery-signal record reports.
+DeliverySignal signal_of(const itap_path_event& record);
 
 enum class DecodeError : std::uint8_t { too_short, bad_kind, bad_lengths };
 std::string_view to_string(DecodeError e);
 
 struct DecodeResult {
   std::optional<IoEvent> event;     // ITAP_EV_DATA / ITAP_EV_STATE
-  std::optional<DeliverySignal> signal;  // ITAP_EV_PATH
+  const itap_path_event* signal = nullptr;  // ITAP_EV_PATH (signal_of() reads it)
   DecodeError error{};
 };
 

@@ -43,7 +43,7 @@ Pipeline::~Pipeline() = default;
 void Pipeline::on_record(std::span<const std::uint8_t> record) {
   const capture::DecodeResult decoded = capture::decode(record);
   if (decoded.signal) {
-    on_signal(*decoded.signal);
+    on_signal(capture::signal_of(*decoded.signal));
     return;
   }
   if (!decoded.event) {
@@ -65,6 +65,7 @@ void Pipeline::on_event(const capture::IoEvent& event) {
   // it happened before the read, so it is handled first, as if it had.
   if (const auto arrival = capture::carried_arrival(event)) on_signal(*arrival);
   take(*conn, conn->on_data(event));
+  join_finished(*conn);
 }
 
 void Pipeline::on_state(const capture::IoEvent& event) {
@@ -78,7 +79,8 @@ void Pipeline::on_state(const capture::IoEvent& event) {
   if (h.new_state == kTcpClose) {
     close_connection(h.sock_id, h.ts_ns, StreamEnd::connection_closed);
   } else {
-    take(*it->second, it->second->on_state(event));
+    it->second->on_state(event);
+    join_finished(*it->second);
   }
 }
 
@@ -140,15 +142,16 @@ Connection* Pipeline::connection_for(const capture::IoEvent& event) {
   return raw;
 }
 
-// What a connection returned: its role, a mute, its finished records.
-void Pipeline::take(Connection& conn, Connection::Output&& out) {
-  if (out.role_decided) live_.role_decided(conn);
-  if (out.mute && mute_) mute_(conn.identity().sock_id);
-  join(std::move(out.finished));
+// What a connection decided: its role, a mute.
+void Pipeline::take(Connection& conn, const Connection::Decision& decision) {
+  if (decision.role_decided) live_.role_decided(conn);
+  if (decision.mute && mute_) mute_(conn.identity().sock_id);
 }
 
-void Pipeline::join(std::vector<StreamRecord>&& finished) {
-  for (StreamRecord& r : finished) {
+// The records a connection finished go to the joiner.
+void Pipeline::join_finished(Connection& conn) {
+  if (!conn.has_finished()) return;
+  for (StreamRecord& r : conn.take_finished()) {
     ++counters_.records;
     const TimestampNs now = r.end_ns;
     release(joiner_.add(std::move(r), now, live_));
@@ -167,7 +170,8 @@ void Pipeline::close_connection(std::uint64_t sock_id, TimestampNs now, StreamEn
   // Move out first: closing emits records, and the sink must see a consistent table.
   std::unique_ptr<Connection> conn = std::move(it->second);
   connections_.erase(it);
-  join(conn->close(now, reason).finished);
+  conn->close(now, reason);
+  join_finished(*conn);
   ++counters_.connections_closed;
   live_.remove(*conn);
   release(joiner_.on_closed(sock_id, conn->identity().generation, now, live_));
@@ -198,7 +202,8 @@ void Pipeline::expire(TimestampNs now) {
     if (now > last && now - last > config_.conn_idle_timeout_ns) {
       idle.push_back(sock);
     } else {
-      join(conn->expire_stream(now, config_.stream_idle_timeout_ns).finished);
+      conn->expire_stream(now, config_.stream_idle_timeout_ns);
+      join_finished(*conn);
     }
   }
   for (std::uint64_t sock : idle) close_connection(sock, now, StreamEnd::idle_timeout);

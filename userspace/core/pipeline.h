@@ -84,8 +84,8 @@ class Pipeline {
   void on_state(const capture::IoEvent& event);
   Connection* connection_for(const capture::IoEvent& event);
   ConnIdentity identity_of(const capture::IoEvent& event);
-  void take(Connection& conn, Connection::Output&& out);
-  void join(std::vector<StreamRecord>&& finished);
+  void take(Connection& conn, const Connection::Decision& decision);
+  void join_finished(Connection& conn);
   void release(std::vector<StreamRecord>&& records);
   void close_connection(std::uint64_t sock_id, TimestampNs now, StreamEnd reason);
   void evict_oldest(TimestampNs now);

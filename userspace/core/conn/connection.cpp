@@ -31,42 +31,38 @@ Connection::Connection(ConnIdentity identity, const PipelineConfig& config, Pipe
       session_(assembler_, config.request_body_head),
       last_activity_(identity_.first_seen_ns) {}
 
-Connection::Output Connection::collect() {
-  Output out;
-  out.finished = assembler_.take_finished();
+std::vector<StreamRecord> Connection::take_finished() {
+  std::vector<StreamRecord> finished = assembler_.take_finished();
   // A zero-window episode still open: the record carries it on (the path
   // joiner closes it when the window opens).
-  for (StreamRecord& r : out.finished) {
+  for (StreamRecord& r : finished) {
     if (zero_window_since_) r.tcp.zero_window_since = zero_window_since_;
   }
-  return out;
+  return finished;
 }
 
-Connection::Output Connection::on_data(const capture::IoEvent& event) {
+Connection::Decision Connection::on_data(const capture::IoEvent& event) {
   const itap_event& h = event.h();
   last_activity_ = h.ts_ns;
-  if (ignored_) return {};
+  Decision decision;
+  if (ignored_) return decision;
   if (h.ret <= 0) {
     note_failed_call(event);
-    return collect();
+    return decision;
   }
-  bool decided_now = false;
   if (session_.role() == Role::unknown) {
     if (!session_.decide(flow_of(event), event.head)) {
       ignored_ = true;
       ++counters_.connections_muted;
-      Output out;
-      out.mute = true;
-      return out;
+      decision.mute = true;
+      return decision;
     }
     assembler_.set_role(session_.role());
-    decided_now = true;
+    decision.role_decided = true;
   }
   const Flow flow = flow_of(event);
   if (session_.accepts(flow)) feed(flow, event);
-  Output out = collect();
-  out.role_decided = decided_now;
-  return out;
+  return decision;
 }
 
 // A call that moved no bytes: a send refused for lack of buffer space, or the
@@ -140,30 +136,27 @@ void Connection::on_signal(const capture::DeliverySignal& signal) {
   }
 }
 
-Connection::Output Connection::on_state(const capture::IoEvent& event) {
+void Connection::on_state(const capture::IoEvent& event) {
   const itap_event& h = event.h();
   last_activity_ = h.ts_ns;
   // This side called close()/shutdown(): nothing more will be sent. (TCP_CLOSE
   // ends the connection: the pipeline calls close().)
   if (h.new_state == kTcpFinWait1 || h.new_state == kTcpLastAck) session_.end(Flow::outbound, h.ts_ns);
-  return collect();
 }
 
-Connection::Output Connection::close(TimestampNs ts, StreamEnd reason) {
+void Connection::close(TimestampNs ts, StreamEnd reason) {
   assembler_.set_cut_reason(reason);
   session_.close(ts);
-  return collect();
 }
 
-Connection::Output Connection::expire_stream(TimestampNs now, std::uint64_t idle_ns) {
+void Connection::expire_stream(TimestampNs now, std::uint64_t idle_ns) {
   const StreamRecord* r = assembler_.active_stream();
-  if (!r) return {};
+  if (!r) return;
   const TimestampNs last = std::max({r->last_event_ns, r->response_head_ns, r->first_event_ns});
   if (now > last && now - last > idle_ns) {
     assembler_.set_cut_reason(StreamEnd::idle_timeout);
     session_.abandon_response(now);
   }
-  return collect();
 }
 
 }  // namespace infertap::core

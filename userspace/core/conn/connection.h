@@ -7,7 +7,8 @@
 //   delivery signals --> ACK / arrival / window state of the records
 //
 // The connection never calls its owner: what it decides (stop following this
-// socket, the role it found, the records it finished) is returned.
+// socket, the role it found) is returned, and the records it finished wait to
+// be taken.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +25,8 @@ namespace infertap::core {
 
 class Connection {
  public:
-  // What handling one event produced.
-  struct Output {
-    std::vector<StreamRecord> finished;
+  // What handling one event decided.
+  struct Decision {
     bool role_decided = false;  // role() is known from this event on
     bool mute = false;          // not HTTP: stop following the socket
   };
@@ -36,15 +36,19 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  Output on_data(const capture::IoEvent& event);
-  Output on_state(const capture::IoEvent& event);
+  Decision on_data(const capture::IoEvent& event);
+  void on_state(const capture::IoEvent& event);
   // A delivery signal of this socket: ACKs give the sender's `acked` times and
   // the peer window, arrivals the receiver's `arrived` times.
   void on_signal(const capture::DeliverySignal& signal);
   // Ends the connection: closes both directions, finishes any stream.
-  Output close(TimestampNs ts, StreamEnd reason);
+  void close(TimestampNs ts, StreamEnd reason);
   // Ends a stream that saw no bytes for too long (the connection stays).
-  Output expire_stream(TimestampNs now, std::uint64_t idle_ns);
+  void expire_stream(TimestampNs now, std::uint64_t idle_ns);
+
+  // Records finished since the last take (checked after every call above).
+  bool has_finished() const { return assembler_.has_finished(); }
+  std::vector<StreamRecord> take_finished();
 
   // The stream this connection is sending or receiving now, if any (record
   // filled so far; metrics not computed yet).
@@ -57,7 +61,6 @@ class Connection {
   void note_failed_call(const capture::IoEvent& event);
   void feed(protocol::Flow flow, const capture::IoEvent& event);
   void note_send(const capture::IoEvent& event);
-  Output collect();
 
   ConnIdentity identity_;
   PipelineCounters& counters_;

@@ -26,7 +26,22 @@ class TcpCursor {
     std::uint32_t start_seq = 0; // TCP sequence of the call's first byte
   };
   // A call that moved `moved` bytes and left the sequence at `seq_end`.
-  Placement place(std::uint32_t seq_end, std::uint64_t moved);
+  Placement place(std::uint32_t seq_end, std::uint64_t moved) {
+    Placement p;
+    p.start_seq = seq_end - static_cast<std::uint32_t>(moved);
+    if (started_) {
+      // Bytes between what we last saw and this call were moved by events the
+      // kernel could not deliver (full ring buffer): an exact hole.
+      const auto missing = static_cast<std::int32_t>(p.start_seq - next_seq_);
+      if (missing > 0) p.lost = static_cast<std::uint64_t>(missing);
+    }
+    started_ = true;
+    next_seq_ = seq_end;
+    position_ += p.lost;
+    p.position = position_;
+    position_ += moved;
+    return p;
+  }
 
  private:
   bool started_ = false;

@@ -14,16 +14,6 @@ StreamAssembler::StreamAssembler(const ConnIdentity& identity, const PipelineCon
                                  PipelineCounters& counters, const RoleCensus& census)
     : identity_(identity), config_(config), counters_(counters), census_(census) {}
 
-void StreamAssembler::begin_piece(const PieceContext& piece) {
-  piece_ = &piece;
-  piece_first_event_ = active_ ? active_->record.timeline.size() : 0;
-}
-
-void StreamAssembler::end_piece() {
-  mark_piece_batch();
-  piece_ = nullptr;
-}
-
 // How many events the piece being fed completed: a burst signature.
 void StreamAssembler::mark_piece_batch() {
   if (!piece_ || !active_) return;
@@ -88,13 +78,12 @@ void StreamAssembler::on_event(const protocol::StreamEvent& e) {
   ++counters_.sse_events;
   const protocol::EventMeaning& meaning = a.interpreter.interpret(e.type, e.data, e.truncated);
   if (a.record.timeline.size() < config_.max_timeline_events)
-    a.record.timeline.push_back(timeline_event(e, meaning, a.hash_events));
+    fill_timeline_event(a.record.timeline.emplace_back(), e, meaning, a.hash_events);
   note_meaning(a, e, meaning);
 }
 
-TimelineEvent StreamAssembler::timeline_event(const protocol::StreamEvent& e, const protocol::EventMeaning& meaning,
-                                              bool hash) const {
-  TimelineEvent t;
+void StreamAssembler::fill_timeline_event(TimelineEvent& t, const protocol::StreamEvent& e,
+                                          const protocol::EventMeaning& meaning, bool hash) const {
   t.ts_ns = e.ts;
   t.first_byte_ns = e.first_byte_ts;
   t.offset = e.body_offset;
@@ -118,7 +107,6 @@ TimelineEvent StreamAssembler::timeline_event(const protocol::StreamEvent& e, co
     }
   }
   if (hash && !e.truncated && !e.data.empty()) t.data_hash = std::hash<std::string_view>{}(e.data) | 1;
-  return t;
 }
 
 // What the event says about the stream as a whole.

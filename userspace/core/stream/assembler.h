@@ -42,8 +42,14 @@ class StreamAssembler : public protocol::ExchangeSink {
   // The role the connection's session decided (before any response).
   void set_role(Role role) { role_ = role; }
   // Brackets the feeding of one piece; events it completes take its context.
-  void begin_piece(const PieceContext& piece);
-  void end_piece();
+  void begin_piece(const PieceContext& piece) {
+    piece_ = &piece;
+    piece_first_event_ = active_ ? active_->record.timeline.size() : 0;
+  }
+  void end_piece() {
+    mark_piece_batch();
+    piece_ = nullptr;
+  }
   // Why a response the session cuts short ends (connection closed, idle, ...).
   void set_cut_reason(StreamEnd reason) { cut_reason_ = reason; }
 
@@ -53,7 +59,8 @@ class StreamAssembler : public protocol::ExchangeSink {
   // The streamed response in progress (record filled so far, no metrics yet).
   StreamRecord* active_stream() { return active_ ? &active_->record : nullptr; }
   const StreamRecord* active_stream() const { return active_ ? &active_->record : nullptr; }
-  // Records finished since the last call.
+  // Records finished since the last take.
+  bool has_finished() const { return !finished_.empty(); }
   std::vector<StreamRecord> take_finished() { return std::exchange(finished_, {}); }
 
   // protocol::ExchangeSink
@@ -76,8 +83,8 @@ class StreamAssembler : public protocol::ExchangeSink {
   };
 
   void start(const protocol::ResponseInfo& response);
-  TimelineEvent timeline_event(const protocol::StreamEvent& event, const protocol::EventMeaning& meaning,
-                               bool hash) const;
+  void fill_timeline_event(TimelineEvent& t, const protocol::StreamEvent& event,
+                           const protocol::EventMeaning& meaning, bool hash) const;
   void note_meaning(Active& a, const protocol::StreamEvent& event, const protocol::EventMeaning& meaning);
   void mark_piece_batch();
   void finish(TimestampNs ts, StreamEnd reason);

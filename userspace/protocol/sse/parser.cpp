@@ -148,6 +148,7 @@ void SseParser::reset_event() {
   has_data_ = false;
   truncated_ = false;
   data_.clear();
+  data_in_view_ = false;
   type_.clear();
   id_.clear();
 }
@@ -156,7 +157,7 @@ void SseParser::dispatch(TimestampNs ts, std::uint64_t end_offset) {
   if (has_data_ || (truncated_ && !type_.empty())) {
     SseEvent event;
     event.type = type_;
-    event.data = data_;
+    event.data = data_in_view_ ? data_view_ : std::string_view(data_);
     event.id = id_;
     event.first_byte_ts = first_byte_ts_;
     event.ts = ts;
@@ -169,7 +170,13 @@ void SseParser::dispatch(TimestampNs ts, std::uint64_t end_offset) {
   reset_event();
 }
 
-void SseParser::process_line(std::string_view line) {
+void SseParser::keep_data_view() {
+  if (!data_in_view_) return;
+  data_.assign(data_view_);
+  data_in_view_ = false;
+}
+
+void SseParser::process_line(std::string_view line, bool in_piece) {
   if (line.empty() || line.front() == ':') return;  // comment
   const auto* colon = static_cast<const char*>(std::memchr(line.data(), ':', line.size()));
   std::string_view name = line;
@@ -180,6 +187,15 @@ void SseParser::process_line(std::string_view line) {
     if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
   }
   if (name == "data") {
+    if (!has_data_ && in_piece && value.size() <= kMaxEventData) {
+      // The usual event, one data line inside the piece being fed: the
+      // event points at the piece's bytes instead of a copy.
+      data_view_ = value;
+      data_in_view_ = true;
+      has_data_ = true;
+      return;
+    }
+    keep_data_view();
     const std::size_t room = kMaxEventData - std::min(kMaxEventData, data_.size() + (has_data_ ? 1 : 0));
     if (has_data_ && data_.size() < kMaxEventData) data_.push_back('\n');
     if (value.size() > room) {
@@ -279,10 +295,27 @@ void SseParser::consume(const char* p, const char* end, TimestampNs ts) {
       case Mode::resync_decide: p = decide(p, end, ts, offset_of(p)); break;
       case Mode::skip_line: p = skip_rest_of_line(p, end); break;
       case Mode::skip_event: p = skip_to_event_end(p, end); break;
-      case Mode::normal: p = parse_line(p, end, ts, offset_of(p)); break;
+      case Mode::normal: {
+        // The hot path: one line (or the part of it in this piece).
+        if (!line_open_) {
+          if (*p == '\r' || *p == '\n') {  // empty line: event boundary
+            p = skip_terminator(p, end);
+            dispatch(ts, offset_of(p));
+            break;
+          }
+          if (!in_event_) {
+            in_event_ = true;
+            event_offset_ = offset_of(p);
+            first_byte_ts_ = ts;
+          }
+        }
+        p = take_line(p, end);
+        break;
+      }
     }
   }
   offset_ = base + static_cast<std::uint64_t>(end - begin);
+  keep_data_view();  // the piece's bytes are gone after this call
 }
 
 // Discards the rest of a line whose start was in a hole.
@@ -314,20 +347,8 @@ const char* SseParser::skip_to_event_end(const char* p, const char* end) {
   return stop;
 }
 
-// One line (or the part of it in this piece); `offset` is p's body offset.
-const char* SseParser::parse_line(const char* p, const char* end, TimestampNs ts, std::uint64_t offset) {
-  if (!line_open_) {
-    if (*p == '\r' || *p == '\n') {  // empty line: event boundary
-      const char* next = skip_terminator(p, end);
-      dispatch(ts, offset + static_cast<std::uint64_t>(next - p));
-      return next;
-    }
-    if (!in_event_) {
-      in_event_ = true;
-      event_offset_ = offset;
-      first_byte_ts_ = ts;
-    }
-  }
+// The rest of a line from p: processed when its end is here, kept otherwise.
+const char* SseParser::take_line(const char* p, const char* end) {
   const char* eol = find_eol(p, end);
   // Bytes past kMaxLine are dropped; a data line that long trips the data cap
   // (and sets truncated) when processed.
@@ -343,7 +364,7 @@ const char* SseParser::parse_line(const char* p, const char* end, TimestampNs ts
     line_.clear();
     line_open_ = false;
   } else {
-    process_line({p, static_cast<std::size_t>(eol - p)});
+    process_line({p, static_cast<std::size_t>(eol - p)}, true);
   }
   return skip_terminator(eol, end);
 }

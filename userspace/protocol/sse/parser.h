@@ -66,10 +66,12 @@ class SseParser {
   void consume(const char* p, const char* end, TimestampNs ts);
   const char* skip_rest_of_line(const char* p, const char* end);
   const char* skip_to_event_end(const char* p, const char* end);
-  const char* parse_line(const char* p, const char* end, TimestampNs ts, std::uint64_t offset);
+  const char* take_line(const char* p, const char* end);
   const char* decide(const char* p, const char* end, TimestampNs ts, std::uint64_t offset);
   const char* skip_terminator(const char* p, const char* end);
-  void process_line(std::string_view line);
+  // `in_piece`: the line lies in the bytes being fed (valid until feed returns).
+  void process_line(std::string_view line, bool in_piece = false);
+  void keep_data_view();  // copies a data value still pointing into a piece
   void dispatch(TimestampNs ts, std::uint64_t end_offset);
   void reset_event();
 
@@ -93,6 +95,8 @@ class SseParser {
   TimestampNs gap_ts_ = 0;
   TimestampNs decide_ts_ = 0;
   std::string data_;
+  std::string_view data_view_;  // the event's one data line, inside the piece being fed
+  bool data_in_view_ = false;
   std::string type_;
   std::string id_;
   std::string line_;
