@@ -14,7 +14,7 @@ VMLINUX   := vmlinux/$(ARCH)/vmlinux.h
 CXXFLAGS  ?= -O2 -g
 CXXFLAGS  += -std=c++20 -Wall -Wextra -Wno-missing-field-initializers -pthread
 CPPFLAGS  += -Iinclude -Iuserspace -Itests -I$(OUT)
-LDLIBS    += -lbpf -lelf -lz -lsimdjson -lcpp-httplib -lyaml-cpp -pthread
+LDLIBS    += -lbpf -lelf -lz -lbrotlidec -lzstd -lsimdjson -lcpp-httplib -lyaml-cpp -pthread
 
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Wno-unused-function \
               -Iinclude -I$(dir $(VMLINUX)) -Ibpf
@@ -95,16 +95,16 @@ $(OUT)/send-loop: $(OUT)/obj/userspace/tools/send_loop.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread
 
 $(OUT)/unit_tests: $(UNIT_OBJS) $(LIB)
-	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main -lbrotlienc $(LDLIBS)
 
 $(OUT)/integration_tests: $(INTEG_OBJS) $(LIB)
-	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main -lbrotlienc $(LDLIBS)
 
 $(OUT)/bench_pipeline: $(BENCH_OBJS) $(LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lbenchmark $(LDLIBS)
 
 $(OUT)/fuzz/%: tests/fuzz/%.cpp $(FUZZ_LIB_SRCS) $(SKELS) | $(OUT)/fuzz
-	$(CLANG)++ $(FUZZ_FLAGS) $< $(FUZZ_LIB_SRCS) -o $@ -lsimdjson
+	$(CLANG)++ $(FUZZ_FLAGS) $< $(FUZZ_LIB_SRCS) -o $@ -lsimdjson -lz -lbrotlidec -lzstd
 
 fuzz: $(FUZZ_BINS)
 

@@ -42,6 +42,9 @@ struct Checker : ExchangeSink {
     if (!open) std::abort();
     open = false;
   }
+  void on_body_undecodable(Undecodable) override {
+    if (!open) std::abort();
+  }
   void on_parse_error(ParseError, bool) override {}
 };
 

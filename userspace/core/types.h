@@ -164,6 +164,14 @@ struct Delivery {
   // (the hop that added most), when TTFT grew by the stall floor or more.
   StallCause ttft_cause = StallCause::none;
   std::string ttft_evidence;
+  // Delivery lag: per token event, delivered - emitted. A client that reads
+  // slower than the server writes never leaves a long gap, but each event
+  // reaches it later than the one before (docs/metrics.md#delivery-lag).
+  std::optional<std::uint64_t> lag_p50_ns, lag_p99_ns, lag_max_ns;
+  std::optional<std::uint64_t> lag_last_ns;   // at the last token event
+  std::optional<std::int64_t> lag_growth_ns;  // lag at the last token - the stream's early lag
+  StallCause lag_cause = StallCause::none;    // set when the client fell behind (growth >= lag floor)
+  std::string lag_evidence;
   bool degraded_by_path = false;
   std::string degraded_reason;
 };
@@ -194,6 +202,10 @@ struct StreamRecord {
   int status = 0;
   std::string content_type;
   protocol::BodyFraming framing = protocol::BodyFraming::none;
+  protocol::ContentEncoding content_encoding = protocol::ContentEncoding::identity;
+  // Set when a compressed body could not be decoded past some point: the
+  // record holds the events decoded before it (docs/schema.md).
+  std::optional<protocol::ExchangeSink::Undecodable> decode_error;
   protocol::Dialect dialect = protocol::Dialect::unknown;
   std::string response_id;
   std::string finish_reason;
@@ -230,6 +242,9 @@ struct PipelineConfig {
   // stall_ratio x the stream's own median ITL.
   std::uint64_t stall_floor_ns = 100'000'000;
   double stall_ratio = 4.0;
+  // A client fell behind when the delivery lag at its last token exceeds the
+  // stream's early lag by at least this (docs/metrics.md#delivery-lag).
+  std::uint64_t lag_floor_ns = 200'000'000;
   std::uint64_t stream_idle_timeout_ns = 120'000'000'000ull;
   std::uint64_t conn_idle_timeout_ns = 600'000'000'000ull;
   std::size_t max_connections = 65536;
@@ -262,6 +277,7 @@ struct PipelineCounters {
   std::uint64_t records_joined = 0;      // records linked to a traced peer or gateway leg
   std::uint64_t records_held = 0;        // waiting for their peers right now
   std::uint64_t connections_refused = 0;  // not targeted (process name, ...): muted on their first event
+  std::uint64_t body_decode_errors = 0;   // compressed bodies that could not be decoded to their end
 };
 
 }  // namespace infertap::core

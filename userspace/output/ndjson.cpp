@@ -111,6 +111,13 @@ json delivery_json(const core::Delivery& d) {
     j["ttft_cause"] = core::to_string(d.ttft_cause);
   }
   j["ttft_evidence"] = d.ttft_evidence;
+  put_ms(j, "lag_p50_ms", d.lag_p50_ns);
+  put_ms(j, "lag_p99_ms", d.lag_p99_ns);
+  put_ms(j, "lag_max_ms", d.lag_max_ns);
+  put_ms(j, "lag_last_ms", d.lag_last_ns);
+  put_ms_signed(j, "lag_growth_ms", d.lag_growth_ns);
+  j["lag_cause"] = d.lag_cause == core::StallCause::none ? json(nullptr) : json(core::to_string(d.lag_cause));
+  j["lag_evidence"] = d.lag_evidence;
   j["degraded_by_path"] = d.degraded_by_path;
   j["degraded_reason"] = d.degraded_reason;
   return j;
@@ -189,6 +196,8 @@ void put_exchange(json& j, const core::StreamRecord& r) {
   j["status"] = r.status;
   j["content_type"] = r.content_type;
   j["framing"] = protocol::to_string(r.framing);
+  j["content_encoding"] = protocol::to_string(r.content_encoding);
+  j["decode_error"] = r.decode_error ? json(protocol::to_string(*r.decode_error)) : json(nullptr);
   j["dialect"] = protocol::to_string(r.dialect);
   j["response_id"] = r.response_id;
   j["finish_reason"] = r.finish_reason;

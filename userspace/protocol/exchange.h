@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "protocol/encoding/decoder.h"
 #include "protocol/http1/parser.h"
 #include "protocol/stream.h"
 
@@ -39,6 +40,7 @@ struct ResponseInfo {
   int status = 0;
   std::string content_type;
   BodyFraming framing = BodyFraming::none;
+  ContentEncoding content_encoding = ContentEncoding::identity;  // undone before events are looked for
   bool event_stream = false;     // its body is a stream of events
   bool joined_midstream = false; // the head was never seen: status and type unknown
   TimestampNs head_ns = 0;
@@ -57,6 +59,9 @@ struct StreamEvent {
   // Stream position just past its last byte, when the bytes that ended it were
   // fed from a piece (always, unless they were held over from an earlier one).
   std::optional<std::uint64_t> end_position;
+  // False when end_position is only an upper bound: in a compressed body it
+  // is the end of the compressed bytes that let the decoder produce the event.
+  bool end_position_exact = true;
 };
 
 // Why a response ended as far as the protocol can tell.
@@ -74,10 +79,15 @@ class ExchangeSink {
   // Body bytes of the current response: seen, or gone by without capture.
   virtual void on_body_bytes(std::uint64_t n) = 0;
   virtual void on_body_gap(std::uint64_t n) = 0;
+  // A compressed body could not be decoded from here on (no more events).
+  enum class Undecodable : std::uint8_t { corrupt, too_large, no_memory, capture_hole, unsupported };
+  virtual void on_body_undecodable(Undecodable why) = 0;
   virtual void on_response_end(TimestampNs ts, ResponseEnd how) = 0;
   // A framing error; `in_stream` when it hit the body of the streamed
   // response in progress.
   virtual void on_parse_error(ParseError error, bool in_stream) = 0;
 };
+
+std::string_view to_string(ExchangeSink::Undecodable why);
 
 }  // namespace infertap::protocol

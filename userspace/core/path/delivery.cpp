@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "base/percentile.h"
 #include "core/metrics.h"
 #include "core/path/diagnosis.h"
 #include "core/path/vantages.h"
@@ -48,8 +49,38 @@ void compare_with_emitted(Delivery& d, const StreamMetrics& emitted) {
   d.longest_pause_added_ns = difference(d.metrics.longest_pause_ns, emitted.longest_pause_ns);
 }
 
-// Degraded by the path: a delivered stall the model did not cause, or a
-// first token the path held back by the stall floor or more.
+// Events of the stream's start whose lag stands for how fast the path is
+// when nothing has piled up yet.
+constexpr std::size_t kEarlyEvents = 3;
+
+// Per token event, how long after its emit it was delivered; and whether the
+// client fell behind over the stream (the lag grew by the lag floor or more),
+// with where the last token's bytes waited.
+void measure_lag(Delivery& d, const PathNode& node, const std::vector<int>& content,
+                 const std::vector<TimestampNs>& delivered, const PipelineConfig& config) {
+  std::vector<std::uint64_t> lags;
+  lags.reserve(delivered.size());
+  for (std::size_t k = 0; k < delivered.size(); ++k) {
+    const TimestampNs emitted = node.rec.timeline[static_cast<std::size_t>(content[k])].ts_ns;
+    lags.push_back(delivered[k] > emitted ? delivered[k] - emitted : 0);
+  }
+  d.lag_p50_ns = base::percentile(lags, 50);
+  d.lag_p99_ns = base::percentile(lags, 99);
+  d.lag_max_ns = base::percentile(lags, 100);
+  d.lag_last_ns = lags.back();
+  const std::uint64_t early = *std::min_element(lags.begin(), lags.begin() + std::min(lags.size(), kEarlyEvents));
+  d.lag_growth_ns = static_cast<std::int64_t>(lags.back()) - static_cast<std::int64_t>(early);
+  if (*d.lag_growth_ns < static_cast<std::int64_t>(config.lag_floor_ns)) return;
+  Verdict where = delay_cause(hops_of(&node, content[delivered.size() - 1]));
+  if (where.cause == StallCause::none) return;
+  d.lag_cause = where.cause;
+  d.lag_evidence = "fell behind by " + evidence_ms(static_cast<std::uint64_t>(*d.lag_growth_ns)) + " (lag " +
+                   evidence_ms(early) + " early, " + evidence_ms(lags.back()) + " at the last token): " + where.evidence;
+}
+
+// Degraded by the path: a delivered stall the model did not cause, a first
+// token the path held back by the stall floor or more, or a client that fell
+// behind.
 void judge(Delivery& d, const std::vector<Hop>& first, const PipelineConfig& config) {
   std::map<StallCause, std::uint32_t> path_stalls;
   for (const Stall& st : d.metrics.stalls) {
@@ -61,7 +92,8 @@ void judge(Delivery& d, const std::vector<Hop>& first, const PipelineConfig& con
     d.ttft_cause = v.cause;
     d.ttft_evidence = std::move(v.evidence);
   }
-  d.degraded_by_path = !path_stalls.empty() || ttft_hurt;
+  const bool fell_behind = d.lag_cause != StallCause::none;
+  d.degraded_by_path = !path_stalls.empty() || ttft_hurt || fell_behind;
   if (!d.degraded_by_path) return;
   std::string why;
   for (const auto& [cause, n] : path_stalls) {
@@ -71,6 +103,10 @@ void judge(Delivery& d, const std::vector<Hop>& first, const PipelineConfig& con
   if (ttft_hurt) {
     why += (why.empty() ? "" : ", ") + std::string("TTFT +") + evidence_ms(*d.ttft_added_ns) + " (" +
            std::string(to_string(d.ttft_cause)) + ")";
+  }
+  if (fell_behind) {
+    why += (why.empty() ? "" : ", ") + std::string("client fell behind ") +
+           evidence_ms(static_cast<std::uint64_t>(*d.lag_growth_ns)) + " (" + std::string(to_string(d.lag_cause)) + ")";
   }
   d.degraded_reason = why;
 }
@@ -106,6 +142,7 @@ std::optional<Delivery> delivery_of(const PathNode& node, const PipelineConfig& 
   }
   compare_with_emitted(d, r.metrics);
   d.max_burst = longest_burst(delivered);
+  measure_lag(d, node, content, delivered, config);
   judge(d, first, config);
   return d;
 }

@@ -27,6 +27,10 @@ std::size_t count_in(const std::vector<TimestampNs>& times, TimestampNs a, Times
 
 const TimelineEvent& event_of(const Hop& hop) { return hop.at->rec.timeline[static_cast<std::size_t>(hop.index)]; }
 
+// The node's body was compressed on the wire: a compressor holds events until
+// its buffer fills or it is flushed, the classic way gateways buffer SSE.
+bool compressed(const PathNode& node) { return node.rec.content_encoding != protocol::ContentEncoding::identity; }
+
 std::uint64_t unread_ns(const TimelineEvent& e) { return e.ts_ns > e.arrived_ns ? e.ts_ns - e.arrived_ns : 0; }
 
 const Hop* last_emit_at_or_before(const std::vector<Hop>& path, std::size_t k) {
@@ -137,9 +141,13 @@ Verdict gateway_held(const std::vector<Hop>& path_b, const WorstHop& w) {
       break;
     }
   }
-  return {StallCause::gateway_buffering, "gateway held the event " + evidence_ms(held) + " after reading it; " +
-                                             std::to_string(std::max(burst, event_of(*w.b).events_in_syscall)) +
-                                             " events left in one send"};
+  const std::string events = std::to_string(std::max(burst, event_of(*w.b).events_in_syscall));
+  if (compressed(*at))
+    return {StallCause::gateway_buffering, std::string(protocol::to_string(at->rec.content_encoding)) + " held " + events +
+                                               " events, " + evidence_ms(held) + ": the gateway's compressor kept the event " +
+                                               "after reading it"};
+  return {StallCause::gateway_buffering,
+          "gateway held the event " + evidence_ms(held) + " after reading it; " + events + " events left in one send"};
 }
 
 Verdict read_hop_cause(const WorstHop& w) {
@@ -244,6 +252,10 @@ Verdict delay_cause(const std::vector<Hop>& path) {
       if (mostly(overlap_ns(hop.at->rec.tcp.zero_window, from, hop.ts), worst) || e.syscall_ns * 2 >= worst)
         return {final_reader ? StallCause::client_read : StallCause::backpressure,
                 "the gateway's send waited " + evidence_ms(e.syscall_ns) + " for its reader"};
+      if (compressed(*hop.at))
+        return {StallCause::gateway_buffering, std::string(protocol::to_string(hop.at->rec.content_encoding)) +
+                                                   " held it " + evidence_ms(worst) + " after the gateway read it; " +
+                                                   std::to_string(e.events_in_syscall) + " events in that send"};
       return {StallCause::gateway_buffering, "gateway held it " + evidence_ms(worst) + " after reading it; " +
                                                  std::to_string(e.events_in_syscall) + " events in that send"};
     }

@@ -134,6 +134,47 @@ TEST_F(PathJoinerTest, BothEndsJoinBySequenceAndTheServerGetsTheClientsView) {
   EXPECT_EQ(c->metrics.stalls[0].cause, StallCause::client_read);
 }
 
+// A reader a little slower than the server never leaves a long gap (16 ms
+// between its reads against 10 ms between sends), yet falls 300 ms behind:
+// the path degraded the stream, and the bytes waited in the client's socket.
+TEST_F(PathJoinerTest, AClientThatFallsBehindSteadilyIsFoundWithoutAStall) {
+  peer_ = PathPartners::Activity::streaming;
+  joiner.add(stream(kServer, 51, [](int i) { return kT0 + 20 * kMs + i * 10 * kMs; }), kT0 + 600 * kMs);
+  StreamRecord client = stream(kClient, 51, [](int i) { return kT0 + 21 * kMs + i * 16 * kMs; });
+  for (int i = 0; i < 51; ++i) client.timeline[static_cast<std::size_t>(i)].arrived_ns = kT0 + 20 * kMs + i * 10 * kMs + 50'000;
+  joiner.add(std::move(client), kT0 + 900 * kMs);
+  const StreamRecord* s = find(Role::server, 100);
+  ASSERT_TRUE(s && s->delivery);
+  const Delivery& d = *s->delivery;
+  EXPECT_TRUE(d.metrics.stalls.empty()) << "no gap between reads is a stall";
+  EXPECT_EQ(*d.lag_last_ns, 301 * kMs);
+  EXPECT_EQ(*d.lag_growth_ns, 300 * static_cast<std::int64_t>(kMs));
+  EXPECT_EQ(d.lag_cause, StallCause::client_read);
+  EXPECT_NE(d.lag_evidence.find("fell behind by 300 ms"), std::string::npos) << d.lag_evidence;
+  EXPECT_NE(d.lag_evidence.find("in the client's socket"), std::string::npos) << d.lag_evidence;
+  EXPECT_TRUE(d.degraded_by_path);
+  EXPECT_NE(d.degraded_reason.find("client fell behind 300 ms (client_read)"), std::string::npos) << d.degraded_reason;
+}
+
+// Readers that keep up, or fall behind a little and catch up, are not findings.
+TEST_F(PathJoinerTest, AReaderThatKeepsUpOrCatchesUpIsNoFinding) {
+  peer_ = PathPartners::Activity::streaming;
+  const auto sent = [](int i) { return kT0 + 20 * kMs + i * 10 * kMs; };
+  joiner.add(stream(kServer, 40, sent), kT0 + 500 * kMs);
+  // Reads in bursts every 50 ms (up to 40 ms behind), the last one 1 ms after its send.
+  const auto read = [&](int i) {
+    const TimestampNs burst = 50 * kMs;
+    return i < 39 ? (sent(i) + burst - 1) / burst * burst : sent(i) + kMs;
+  };
+  joiner.add(stream(kClient, 40, read), kT0 + 600 * kMs);
+  const StreamRecord* s = find(Role::server, 100);
+  ASSERT_TRUE(s && s->delivery);
+  EXPECT_EQ(*s->delivery->lag_max_ns, 40 * kMs);
+  EXPECT_EQ(*s->delivery->lag_last_ns, kMs);
+  EXPECT_EQ(s->delivery->lag_cause, StallCause::none);
+  EXPECT_FALSE(s->delivery->degraded_by_path) << s->delivery->degraded_reason;
+}
+
 TEST_F(PathJoinerTest, AServerPauseIsTheModelsAtEveryVantage) {
   peer_ = PathPartners::Activity::streaming;
   const auto sent = [](int i) { return kT0 + 20 * kMs + i * 10 * kMs + (i >= 10 ? 300 * kMs : 0); };

@@ -53,6 +53,7 @@ void StreamAssembler::start(const protocol::ResponseInfo& response) {
   r.status = response.status;
   r.content_type = response.content_type;
   r.framing = response.framing;
+  r.content_encoding = response.content_encoding;
   r.joined_midstream = response.joined_midstream;
   r.response_head_ns = response.head_ns;
   // Only a process that is on both ends of streams can be a gateway: by now
@@ -95,7 +96,7 @@ void StreamAssembler::fill_timeline_event(TimelineEvent& t, const protocol::Stre
     t.more = piece_->more;
     if (e.end_position) {
       t.end_seq = piece_->start_seq + static_cast<std::uint32_t>(*e.end_position - piece_->position);
-      t.end_seq_exact = !e.truncated;
+      t.end_seq_exact = e.end_position_exact && !e.truncated;
     } else {
       t.end_seq = piece_->end_seq;
     }
@@ -139,6 +140,11 @@ void StreamAssembler::on_body_gap(std::uint64_t n) {
   if (!active_) return;
   active_->record.body_bytes += n;
   active_->record.bytes_not_captured += n;
+}
+
+void StreamAssembler::on_body_undecodable(Undecodable why) {
+  ++counters_.body_decode_errors;
+  if (active_ && !active_->record.decode_error) active_->record.decode_error = why;
 }
 
 void StreamAssembler::on_response_end(TimestampNs ts, protocol::ResponseEnd how) {

@@ -683,6 +683,8 @@ bool HttpParser::parse_header_line(std::string_view line, HeadFields& fields) {
     take_connection_tokens(value, fields);
   } else if (iequals(name, "content-type")) {
     assign_capped(mode_ == Mode::response ? response_.content_type : request_.content_type, value, true);
+  } else if (mode_ == Mode::response && iequals(name, "content-encoding")) {
+    assign_capped(response_.content_encoding, value, true);
   } else if (mode_ == Mode::request && iequals(name, "host")) {
     assign_capped(request_.host, value, false);
   } else if (mode_ == Mode::request && iequals(name, "user-agent")) {

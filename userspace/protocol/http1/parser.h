@@ -39,6 +39,7 @@ struct RequestHead {
 struct ResponseHead {
   int status = 0;
   std::string content_type;  // lower-cased, parameters kept ("text/event-stream; charset=utf-8")
+  std::string content_encoding;  // lower-cased, capped; "" when absent
   BodyFraming framing = BodyFraming::none;
   std::uint64_t content_length = 0;
   bool event_stream = false;  // media type is text/event-stream

@@ -59,8 +59,8 @@ Role role_from_first_bytes(Flow flow, std::span<const std::uint8_t> head) {
   return requests_here == (flow == Flow::outbound) ? Role::client : Role::server;
 }
 
-Http1Session::Http1Session(ExchangeSink& sink, std::size_t request_body_head)
-    : sink_(sink), request_body_head_(request_body_head) {}
+Http1Session::Http1Session(ExchangeSink& sink, std::size_t request_body_head, const DecoderLimits& decoder_limits)
+    : sink_(sink), request_body_head_(request_body_head), decoder_limits_(decoder_limits) {}
 
 bool Http1Session::decide(Flow flow, std::span<const std::uint8_t> head) {
   role_ = role_from_first_bytes(flow, head);
@@ -152,6 +152,7 @@ void Http1Session::start_response(const ResponseHead& head, TimestampNs ts) {
   info.status = head.status;
   info.content_type = head.content_type;
   info.framing = head.framing;
+  info.content_encoding = parse_content_encoding(head.content_encoding);
   info.event_stream = head.event_stream;
   info.joined_midstream = head.joined_midstream;
   info.head_ns = ts;
@@ -159,14 +160,46 @@ void Http1Session::start_response(const ResponseHead& head, TimestampNs ts) {
   if (open.event_stream) {
     open.sse.emplace([this](const SseEvent& e) { on_sse_event(e); });
     if (head.joined_midstream) open.sse->resync();
+    open.encoding = info.content_encoding;
+    if (open.encoding != ContentEncoding::identity) open.decoder = BodyDecoder::create(open.encoding, decoder_limits_);
   }
   sink_.on_response(info);
+  if (open.event_stream && open.encoding != ContentEncoding::identity && !open.decoder)
+    stop_decoding(open, ExchangeSink::Undecodable::unsupported);
+}
+
+// Event parsing stops for the rest of a body that cannot be decoded.
+void Http1Session::stop_decoding(OpenResponse& open, ExchangeSink::Undecodable why) {
+  open.decoder.reset();
+  open.sse.reset();
+  sink_.on_body_undecodable(why);
+}
+
+void Http1Session::feed_events(OpenResponse& open, std::span<const std::uint8_t> bytes, TimestampNs ts) {
+  if (open.encoding == ContentEncoding::identity) {
+    open.sse->feed(bytes, ts);
+    return;
+  }
+  if (!open.decoder) return;
+  DecodedToEvents out;
+  out.sse = &*open.sse;
+  out.ts = ts;
+  switch (open.decoder->feed(bytes, out)) {
+    case BodyDecoder::Status::ok: break;
+    case BodyDecoder::Status::corrupt: stop_decoding(open, ExchangeSink::Undecodable::corrupt); break;
+    case BodyDecoder::Status::too_large: stop_decoding(open, ExchangeSink::Undecodable::too_large); break;
+    case BodyDecoder::Status::no_memory: stop_decoding(open, ExchangeSink::Undecodable::no_memory); break;
+  }
 }
 
 void Http1Session::end_response(TimestampNs ts, ResponseEnd how) {
   OpenResponse open = std::move(*response_);
   response_.reset();
   if (!requests_.empty() && !open.joined_midstream) requests_.pop_front();
+  // A compressed stream that did not end where its body did was cut short or
+  // corrupt: what it decoded is kept, and the record says so.
+  if (open.decoder && how == ResponseEnd::complete && open.decoder->finish() != BodyDecoder::Status::ok)
+    stop_decoding(open, ExchangeSink::Undecodable::corrupt);
   if (open.sse) open.sse->end(ts);
   sink_.on_response_end(ts, how);
 }
@@ -180,9 +213,16 @@ void Http1Session::on_sse_event(const SseEvent& e) {
   event.body_offset = e.stream_offset;
   event.wire_bytes = e.wire_bytes;
   event.truncated = e.truncated;
-  const std::uint64_t end = e.stream_offset + e.wire_bytes;
-  if (const auto& span = response_->span; span && end > span->body_offset && end <= span->body_offset + span->length)
+  const auto& span = response_->span;
+  if (response_->encoding != ContentEncoding::identity) {
+    // Decoded offsets do not map onto the wire: the event ended no later
+    // than the compressed bytes being decoded.
+    if (span) event.end_position = span->position + span->length;
+    event.end_position_exact = false;
+  } else if (const std::uint64_t end = e.stream_offset + e.wire_bytes;
+             span && end > span->body_offset && end <= span->body_offset + span->length) {
     event.end_position = span->position + (end - span->body_offset);
+  }
   sink_.on_event(event);
 }
 
@@ -197,15 +237,19 @@ void Http1Session::ResponseSide::on_body(std::span<const std::uint8_t> bytes, st
   open.span = BodySpan{open.body_offset, bytes.size(), position};
   open.body_offset += bytes.size();
   s_.sink_.on_body_bytes(bytes.size());
-  open.sse->feed(bytes, ts);
+  if (open.sse) s_.feed_events(open, bytes, ts);
   if (s_.response_) s_.response_->span.reset();
 }
 
 void Http1Session::ResponseSide::on_body_gap(std::uint64_t n, TimestampNs ts) {
   if (!s_.response_ || !s_.response_->event_stream) return;
-  s_.response_->body_offset += n;
+  OpenResponse& open = *s_.response_;
+  open.body_offset += n;
   s_.sink_.on_body_gap(n);
-  s_.response_->sse->gap(n, ts);
+  if (!open.sse) return;
+  // Compressed bytes cannot be skipped: what follows a hole cannot be decoded.
+  if (open.encoding != ContentEncoding::identity) return s_.stop_decoding(open, ExchangeSink::Undecodable::capture_hole);
+  open.sse->gap(n, ts);
 }
 
 void Http1Session::ResponseSide::on_message_end(TimestampNs ts) {
@@ -214,6 +258,17 @@ void Http1Session::ResponseSide::on_message_end(TimestampNs ts) {
 
 void Http1Session::ResponseSide::on_error(ParseError e, std::string_view) {
   s_.sink_.on_parse_error(e, s_.response_ && s_.response_->event_stream);
+}
+
+std::string_view to_string(ExchangeSink::Undecodable why) {
+  switch (why) {
+    case ExchangeSink::Undecodable::corrupt: return "corrupt";
+    case ExchangeSink::Undecodable::too_large: return "too_large";
+    case ExchangeSink::Undecodable::no_memory: return "no_memory";
+    case ExchangeSink::Undecodable::capture_hole: return "capture_hole";
+    case ExchangeSink::Undecodable::unsupported: return "unsupported";
+  }
+  return "corrupt";
 }
 
 }  // namespace infertap::protocol

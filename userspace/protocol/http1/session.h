@@ -11,9 +11,11 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <span>
 
+#include "protocol/encoding/decoder.h"
 #include "protocol/exchange.h"
 #include "protocol/http1/parser.h"
 #include "protocol/sse/parser.h"
@@ -30,7 +32,7 @@ Role role_from_first_bytes(Flow flow, std::span<const std::uint8_t> head);
 class Http1Session {
  public:
   // `request_body_head`: bytes of each request body kept for the interpreter.
-  Http1Session(ExchangeSink& sink, std::size_t request_body_head);
+  Http1Session(ExchangeSink& sink, std::size_t request_body_head, const DecoderLimits& decoder_limits = {});
   Http1Session(const Http1Session&) = delete;
   Http1Session& operator=(const Http1Session&) = delete;
 
@@ -96,6 +98,14 @@ class Http1Session {
     std::uint64_t body_offset = 0;  // body bytes so far, holes included
     std::optional<SseParser> sse;
     std::optional<BodySpan> span;
+    ContentEncoding encoding = ContentEncoding::identity;
+    std::unique_ptr<BodyDecoder> decoder;  // set while a compressed body decodes
+  };
+  // Decoded bytes of a compressed body go to its event parser.
+  struct DecodedToEvents : BodyDecoder::Output {
+    SseParser* sse = nullptr;
+    TimestampNs ts = 0;
+    void decoded(std::span<const std::uint8_t> bytes) override { sse->feed(bytes, ts); }
   };
 
   Direction& direction(Flow flow) { return flow == Flow::outbound ? outbound_ : inbound_; }
@@ -103,9 +113,12 @@ class Http1Session {
   void start_response(const ResponseHead& head, TimestampNs ts);
   void end_response(TimestampNs ts, ResponseEnd how);
   void on_sse_event(const SseEvent& event);
+  void feed_events(OpenResponse& open, std::span<const std::uint8_t> bytes, TimestampNs ts);
+  void stop_decoding(OpenResponse& open, ExchangeSink::Undecodable why);
 
   ExchangeSink& sink_;
   const std::size_t request_body_head_;
+  const DecoderLimits decoder_limits_;
   Role role_ = Role::unknown;
   RequestSide request_side_{*this};
   ResponseSide response_side_{*this};

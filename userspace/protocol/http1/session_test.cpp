@@ -4,6 +4,7 @@
 #include "protocol/http1/session.h"
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <string>
 #include <vector>
@@ -23,6 +24,8 @@ struct Recorder : ExchangeSink {
     std::vector<std::optional<std::uint64_t>> end_positions;
     std::optional<ResponseEnd> end;
     std::uint64_t body = 0, gaps = 0;
+    std::vector<bool> exact;
+    std::optional<Undecodable> undecodable;
   };
   std::vector<Response> responses;
   std::vector<ParseError> errors;
@@ -40,7 +43,9 @@ struct Recorder : ExchangeSink {
   void on_event(const StreamEvent& e) override {
     responses.back().events.emplace_back(e.data);
     responses.back().end_positions.push_back(e.end_position);
+    responses.back().exact.push_back(e.end_position_exact);
   }
+  void on_body_undecodable(Undecodable why) override { responses.back().undecodable = why; }
   void on_body_bytes(std::uint64_t n) override { responses.back().body += n; }
   void on_body_gap(std::uint64_t n) override { responses.back().gaps += n; }
   void on_response_end(TimestampNs, ResponseEnd how) override { responses.back().end = how; }
@@ -158,6 +163,74 @@ TEST(Http1Session, AResponseTheConnectionCutShortSaysSo) {
   EXPECT_EQ(rec.responses[1].events, std::vector<std::string>{"two"});
   EXPECT_EQ(rec.responses[1].end, ResponseEnd::cut_short);
   EXPECT_EQ(rec.errors, std::vector<ParseError>{ParseError::truncated_message});
+}
+
+std::string gzip(std::string_view text) {
+  z_stream z{};
+  deflateInit2(&z, 6, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY);
+  std::string out(deflateBound(&z, text.size()) + 32, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+// A compressing gateway's stream: events are found in the decoded bytes, and
+// each is placed no later than the compressed bytes that produced it.
+TEST(Http1Session, CompressedEventsAreDecodedAndPlacedByTheirCompressedBytes) {
+  Recorder rec;
+  Http1Session session(rec, 4096);
+  ASSERT_TRUE(session.decide(Flow::inbound, bytes(kRequest)));
+  Side in{session, Flow::inbound}, out{session, Flow::outbound};
+  in.send(kRequest, 1);
+  const std::string body = gzip("data: one\n\ndata: two\n\ndata: three\n\n");
+  const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n"
+                           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  out.send(head, 2);
+  out.send(body.substr(0, body.size() / 2), 3);
+  out.send(body.substr(body.size() / 2), 4);
+  ASSERT_EQ(rec.responses.size(), 1u);
+  const auto& r = rec.responses[0];
+  EXPECT_EQ(r.info.content_encoding, ContentEncoding::gzip);
+  EXPECT_EQ(r.events, (std::vector<std::string>{"one", "two", "three"}));
+  EXPECT_EQ(r.body, body.size()) << "body bytes are counted on the wire";
+  EXPECT_EQ(r.end_positions.back(), head.size() + body.size());
+  EXPECT_EQ(r.exact, (std::vector<bool>{false, false, false}));
+  EXPECT_FALSE(r.undecodable);
+  EXPECT_EQ(r.end, ResponseEnd::complete);
+}
+
+TEST(Http1Session, ACompressedBodyThatCannotBeDecodedSaysWhy) {
+  const std::string head_start = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n";
+  for (const std::string& coding : {std::string("compress"), std::string("gzip")}) {
+    Recorder rec;
+    Http1Session session(rec, 4096);
+    ASSERT_TRUE(session.decide(Flow::inbound, bytes(kRequest)));
+    Side in{session, Flow::inbound}, out{session, Flow::outbound};
+    in.send(kRequest, 1);
+    out.send(head_start + "Content-Encoding: " + coding + "\r\n\r\n", 2);
+    const std::string body = gzip("data: one\n\ndata: two\n\n");
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx\r\n", body.size());
+    // The capture missed the middle of the chunk.
+    const std::string chunk = size + body + "\r\n0\r\n\r\n";
+    Piece p;
+    p.position = out.position;
+    p.length = chunk.size();
+    p.head = bytes(std::string_view(chunk).substr(0, 12));
+    p.tail = bytes(std::string_view(chunk).substr(chunk.size() - 12));
+    p.ts = 3;
+    session.feed(Flow::outbound, p);
+    ASSERT_EQ(rec.responses.size(), 1u);
+    EXPECT_EQ(rec.responses[0].undecodable,
+              coding == "gzip" ? ExchangeSink::Undecodable::capture_hole : ExchangeSink::Undecodable::unsupported);
+    EXPECT_TRUE(rec.responses[0].events.empty());
+    EXPECT_EQ(rec.responses[0].end, ResponseEnd::complete);
+  }
 }
 
 }  // namespace
