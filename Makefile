@@ -86,7 +86,7 @@ $(OUT)/infertap: $(OUT)/obj/userspace/cli/infertap.o $(LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
 
 $(OUT)/sample-server: $(OUT)/obj/userspace/tools/sample_server.o
-	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread
+	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread -lz -lbrotlienc -lzstd
 
 $(OUT)/sample-client: $(OUT)/obj/userspace/tools/sample_client.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread -lz

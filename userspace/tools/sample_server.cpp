@@ -18,8 +18,13 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <brotli/encode.h>
+#include <zlib.h>
+#include <zstd.h>
+
 #include <array>
 #include <cctype>
+#include <memory>
 
 #include "tool_common.h"
 
@@ -54,6 +59,9 @@ const char* kUsage = R"(usage: sample-server [options]
   --sndbuf BYTES         SO_SNDBUF on accepted sockets (the kernel doubles it and stops autotuning);
                          with a slow reader a small one makes sends block (default: kernel autotuning)
   --seed N               PRNG seed for ids and jitter (default: random)
+  --encoding gzip|deflate|br|zstd  compress event streams with this coding when the request's
+                         Accept-Encoding lists it ("Content-Encoding" set; each event flushed)
+  --encoding-hold K      flush the compressor every K events only (a buffering compressor; default 1)
 Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages, GET /health, GET /v1/models.
 Signals: SIGUSR1 toggles slow mode; SIGTERM/SIGINT flush the log and exit 0.
 )";
@@ -92,6 +100,8 @@ struct Config {
   bool nodelay = true;
   std::int64_t sndbuf = 0;
   std::uint64_t seed = 0;
+  std::string encoding;           // "" = never compress
+  std::int64_t encoding_hold = 1;  // events per compressor flush
 };
 
 Config g_cfg;
@@ -138,7 +148,101 @@ struct Request {
   bool expect_continue = false;
   std::int64_t content_length = 0;
   bool chunked_body = false;
+  std::string accept_encoding;  // lower-cased
 };
+
+// A streaming compressor: each call compresses `in` and, when `flush`, ends
+// with everything needed to decode it so far (SYNC_FLUSH, FLUSH, e_flush).
+class Encoder {
+ public:
+  static std::unique_ptr<Encoder> create(const std::string& coding);
+  virtual ~Encoder() = default;
+  virtual std::string encode(std::string_view in, bool flush) = 0;
+  virtual std::string finish() = 0;
+};
+
+class ZlibEncoder final : public Encoder {
+ public:
+  explicit ZlibEncoder(bool gzip) { deflateInit2(&z_, 6, Z_DEFLATED, gzip ? 31 : 15, 8, Z_DEFAULT_STRATEGY); }
+  ~ZlibEncoder() override { deflateEnd(&z_); }
+  std::string encode(std::string_view in, bool flush) override { return run(in, flush ? Z_SYNC_FLUSH : Z_NO_FLUSH); }
+  std::string finish() override { return run({}, Z_FINISH); }
+
+ private:
+  std::string run(std::string_view in, int mode) {
+    std::string out;
+    z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+    z_.avail_in = static_cast<uInt>(in.size());
+    char buf[16384];
+    do {
+      z_.next_out = reinterpret_cast<Bytef*>(buf);
+      z_.avail_out = sizeof buf;
+      deflate(&z_, mode);
+      out.append(buf, sizeof buf - z_.avail_out);
+    } while (z_.avail_out == 0);
+    return out;
+  }
+  z_stream z_{};
+};
+
+class BrotliEncoder final : public Encoder {
+ public:
+  BrotliEncoder() : s_(BrotliEncoderCreateInstance(nullptr, nullptr, nullptr)) {
+    BrotliEncoderSetParameter(s_, BROTLI_PARAM_QUALITY, 5);
+  }
+  ~BrotliEncoder() override { BrotliEncoderDestroyInstance(s_); }
+  std::string encode(std::string_view in, bool flush) override {
+    return run(in, flush ? BROTLI_OPERATION_FLUSH : BROTLI_OPERATION_PROCESS);
+  }
+  std::string finish() override { return run({}, BROTLI_OPERATION_FINISH); }
+
+ private:
+  std::string run(std::string_view in, BrotliEncoderOperation op) {
+    std::string out;
+    std::size_t avail_in = in.size();
+    const auto* next_in = reinterpret_cast<const std::uint8_t*>(in.data());
+    do {
+      std::uint8_t buf[16384];
+      std::size_t avail_out = sizeof buf;
+      std::uint8_t* next_out = buf;
+      BrotliEncoderCompressStream(s_, op, &avail_in, &next_in, &avail_out, &next_out, nullptr);
+      out.append(reinterpret_cast<char*>(buf), sizeof buf - avail_out);
+    } while (avail_in > 0 || BrotliEncoderHasMoreOutput(s_));
+    return out;
+  }
+  BrotliEncoderState* s_;
+};
+
+class ZstdEncoder final : public Encoder {
+ public:
+  ZstdEncoder() : c_(ZSTD_createCCtx()) { ZSTD_CCtx_setParameter(c_, ZSTD_c_compressionLevel, 3); }
+  ~ZstdEncoder() override { ZSTD_freeCCtx(c_); }
+  std::string encode(std::string_view in, bool flush) override { return run(in, flush ? ZSTD_e_flush : ZSTD_e_continue); }
+  std::string finish() override { return run({}, ZSTD_e_end); }
+
+ private:
+  std::string run(std::string_view in, ZSTD_EndDirective mode) {
+    std::string out;
+    ZSTD_inBuffer input{in.data(), in.size(), 0};
+    std::size_t left;
+    do {
+      char buf[16384];
+      ZSTD_outBuffer output{buf, sizeof buf, 0};
+      left = ZSTD_compressStream2(c_, &output, &input, mode);
+      out.append(buf, output.pos);
+    } while (mode == ZSTD_e_continue ? input.pos < input.size : left != 0);
+    return out;
+  }
+  ZSTD_CCtx* c_;
+};
+
+std::unique_ptr<Encoder> Encoder::create(const std::string& coding) {
+  if (coding == "gzip") return std::make_unique<ZlibEncoder>(true);
+  if (coding == "deflate") return std::make_unique<ZlibEncoder>(false);
+  if (coding == "br") return std::make_unique<BrotliEncoder>();
+  if (coding == "zstd") return std::make_unique<ZstdEncoder>();
+  return nullptr;
+}
 
 struct Conn {
   int fd = -1;
@@ -299,7 +403,7 @@ std::int64_t itl_ns(Conn& c) {
 // Paces and frames SSE events, coalescing events_per_write of them per syscall.
 class Emitter {
  public:
-  Emitter(Conn& c, bool chunked) : c_(c), chunked_(chunked) {}
+  Emitter(Conn& c, bool chunked, Encoder* encoder) : c_(c), chunked_(chunked), encoder_(encoder) {}
 
   // Emit one SSE event (complete text incl. trailing blank line) after waiting
   // gap_ns since the previous event was produced.
@@ -319,12 +423,11 @@ class Emitter {
       first_index_ = index_;
       wire_.clear();
     }
-    if (chunked_) {
-      char hdr[32];
-      int n = std::snprintf(hdr, sizeof hdr, "%zx\r\n", event.size());
-      wire_.add(std::string_view(hdr, std::size_t(n)));
-      wire_.add(event);
-      wire_.add("\r\n");
+    if (encoder_) {
+      const bool flush = (index_ + 1) % std::max<std::int64_t>(1, g_cfg.encoding_hold) == 0;
+      add_body(encoder_->encode(event, flush));
+    } else if (chunked_) {
+      add_body(event);
     } else {
       // Close-delimited: split the terminating blank line into its own iovec.
       std::size_t body = event.size() >= 2 ? event.size() - 2 : event.size();
@@ -355,11 +458,39 @@ class Emitter {
 
   void set_last(std::int64_t ts) { last_ = ts; }
 
+  // The compressor's last bytes (after the last event), framed.
+  bool finish_encoding() {
+    if (!encoder_) return true;
+    const std::string tail = encoder_->finish();
+    if (tail.empty()) return true;
+    wire_.clear();
+    add_body(tail);
+    SendInfo si;
+    si.kind = "encoding_end";
+    return send_wire(c_, wire_, si) >= 0;
+  }
+
  private:
   static constexpr std::int64_t kLateNs = 2'000'000;
 
+  // Body bytes in the response's framing (a chunk each when chunked; a
+  // compressor that held everything adds nothing).
+  void add_body(std::string_view body) {
+    if (body.empty()) return;
+    if (!chunked_) {
+      wire_.add(body);
+      return;
+    }
+    char hdr[32];
+    int n = std::snprintf(hdr, sizeof hdr, "%zx\r\n", body.size());
+    wire_.add(std::string_view(hdr, std::size_t(n)));
+    wire_.add(body);
+    wire_.add("\r\n");
+  }
+
   Conn& c_;
   bool chunked_;
+  Encoder* encoder_;
   Wire wire_;
   std::int64_t pending_ = 0, index_ = 0, first_index_ = 0;
   std::string kind_;
@@ -375,6 +506,7 @@ struct StreamParams {
   bool include_usage;
   bool http10 = false;  // the request was HTTP/1.0: no chunked framing, close after the response
   std::int64_t prompt_tokens;
+  std::string encoding;  // "" = identity
 };
 
 std::string openai_chunk_prefix(const std::string& id, const char* object, std::int64_t created,
@@ -552,6 +684,8 @@ bool serve_stream(Conn& c, const StreamParams& p, bool keep_alive, bool& ok) {
   else h += "x-request-id: " + random_id(c.rng, 32) + "\r\n";
   h += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
   if (chunked) h += "Transfer-Encoding: chunked\r\n";
+  std::unique_ptr<Encoder> encoder = Encoder::create(p.encoding);
+  if (encoder) h += "Content-Encoding: " + p.encoding + "\r\nVary: Accept-Encoding\r\n";
   h += "\r\n";
   Wire w;
   w.add(h);
@@ -560,10 +694,11 @@ bool serve_stream(Conn& c, const StreamParams& p, bool keep_alive, bool& ok) {
   std::int64_t ts = send_wire(c, w, si);
   ok = ts >= 0;
   if (ok) {
-    Emitter em(c, chunked);
+    Emitter em(c, chunked, encoder.get());
     em.set_last(ts);
     ok = p.api == Api::anthropic ? stream_anthropic(c, em, p) : stream_openai(c, em, p);
     if (ok) ok = em.flush();
+    if (ok) ok = em.finish_encoding();
     if (ok && chunked) {
       Wire end;
       end.add("0\r\n\r\n");
@@ -588,6 +723,23 @@ std::string lower(std::string_view s) {
   std::string r(s);
   for (char& ch : r) ch = char(std::tolower(static_cast<unsigned char>(ch)));
   return r;
+}
+
+// Does an Accept-Encoding value list `coding` (or "*") without q=0?
+bool accepts(std::string_view accept, std::string_view coding) {
+  while (!accept.empty()) {
+    const std::size_t comma = accept.find(',');
+    std::string_view item = accept.substr(0, comma);
+    accept.remove_prefix(comma == std::string_view::npos ? accept.size() : comma + 1);
+    const std::size_t semi = item.find(';');
+    std::string_view name = item.substr(0, semi);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    const bool refused = semi != std::string_view::npos && item.find("q=0", semi) != std::string_view::npos &&
+                         item.find("q=0.", semi) == std::string_view::npos;
+    if ((name == coding || name == "*") && !refused) return true;
+  }
+  return false;
 }
 
 std::string_view trim(std::string_view s) {
@@ -641,6 +793,8 @@ int read_request(Conn& c, Request& r, std::int64_t& ts_done) {
       r.expect_continue = lower(value) == "100-continue";
     } else if (name == "transfer-encoding") {
       if (lower(value).find("chunked") != std::string::npos) r.chunked_body = true;
+    } else if (name == "accept-encoding") {
+      r.accept_encoding = lower(value);
     }
   }
   if (r.chunked_body) return 501;
@@ -722,6 +876,7 @@ void serve_connection(Conn& c) {
     if (known && r.method == "POST") {
       StreamParams p;
       p.http10 = r.version == "HTTP/1.0";
+      if (!g_cfg.encoding.empty() && accepts(r.accept_encoding, g_cfg.encoding)) p.encoding = g_cfg.encoding;
       p.api = api;
       p.model = it::json_get_string(r.body, "model").value_or(g_cfg.model);
       if (p.model.empty()) p.model = g_cfg.model;
@@ -847,7 +1002,7 @@ int main(int argc, char** argv) {
   it::Args a(kUsage);
   for (const char* o : {"host", "port", "model", "framing", "sender", "ttft-ms", "itl-ms", "jitter-ms", "tokens",
                         "pause-after", "pause-ms", "events-per-write", "slow-factor", "log", "exit-after",
-                        "max-conns", "grace-ms", "seed", "accel-buffering", "sndbuf"})
+                        "max-conns", "grace-ms", "seed", "accel-buffering", "sndbuf", "encoding", "encoding-hold"})
     a.option(o);
   a.flag("usage");
   a.flag("no-nodelay");
@@ -857,6 +1012,8 @@ int main(int argc, char** argv) {
   c.port = int(a.integer("port", c.port));
   c.model = a.str("model", c.model);
   c.framing = a.choice("framing", "chunked", {"chunked", "close"}) == "close" ? Framing::close : Framing::chunked;
+  c.encoding = a.has("encoding") ? a.choice("encoding", "gzip", {"gzip", "deflate", "br", "zstd"}) : "";
+  c.encoding_hold = std::max<std::int64_t>(1, a.integer("encoding-hold", 1));
   std::string s = a.choice("sender", "write", {"write", "send", "sendmsg", "writev", "mixed"});
   c.sender = s == "write"     ? Sender::write
              : s == "send"    ? Sender::send
