@@ -77,6 +77,7 @@ $(OUT)/obj/%.o: %.cpp $(SKELS)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJS)
+	rm -f $@
 	ar rcs $@ $^
 
 $(OUT)/infertapd: $(OUT)/obj/userspace/infertapd.o $(LIB)

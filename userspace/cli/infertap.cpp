@@ -13,9 +13,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/format.h"
 #include "daemon/api.h"
-#include "daemon/cli_format.h"
-#include "degrade/render.h"
 
 namespace {
 
@@ -151,7 +150,7 @@ int main(int argc, char** argv) {
     } else if (alerts->parsed()) {
       auto r = call(client, {{"cmd", "alerts"}});
       if (!r) return kExitFailed;
-      std::cout << (as_json ? dump(*r) + "\n" : infertap::degrade::format_alerts(*r));
+      std::cout << (as_json ? dump(*r) + "\n" : infertap::cli::format_alerts(*r));
     } else if (watch->parsed()) {
       client.send_line(dump(json{{"cmd", "watch"}, {"timeline", watch_timeline}}));
       const auto ack = client.read_line();

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/labels.h"
+
 namespace infertap::daemon {
 
 namespace {
@@ -185,11 +187,6 @@ std::string format_double(double v) {
   return std::string(buf, r.ptr);
 }
 
-std::string route_of(std::string_view path) {
-  const auto cut = path.find_first_of("?#");
-  return std::string(path.substr(0, cut));
-}
-
 std::vector<double> MetricsConfig::default_latency_buckets() {
   return {0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05,
           0.075, 0.1,    0.15,  0.25,   0.5,  1,     2.5,  5,    10};
@@ -224,8 +221,8 @@ void MetricsRegistry::observe(const core::StreamRecord& record) {
   // Everything that does not touch shared state happens before the lock.
   std::string raw[kLabels];
   raw[0] = vantage_label(record.role);
-  raw[1] = !record.model.empty() ? record.model : record.request_model;
-  raw[2] = route_of(record.path);
+  raw[1] = core::model_of(record);
+  raw[2] = core::route_of(record.path);
   raw[3] = record.conn.comm;
   for (std::string& v : raw) {
     v = sanitize_utf8(v, config_.max_label_bytes);

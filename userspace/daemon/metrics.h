@@ -106,6 +106,5 @@ class MetricsRegistry {
 // Helpers, public for tests and for other exporters.
 std::string escape_label_value(std::string_view v);  // \ " newline
 std::string format_double(double v);                 // shortest round trip; +Inf/-Inf/NaN
-std::string route_of(std::string_view path);         // path without ?query / #fragment (also store.h route_key)
 
 }  // namespace infertap::daemon
