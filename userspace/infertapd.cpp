@@ -23,6 +23,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "base/clock.h"
 #include "capture/loader.h"
 #include "core/pipeline.h"
 #include "daemon/api.h"
@@ -45,12 +46,6 @@ std::atomic<bool> g_reload{false};
 
 void on_stop(int) { g_stop.store(true); }
 void on_hup(int) { g_reload.store(true); }
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 // "0::/system.slice/foo.service" -> "/system.slice/foo.service"
 std::string read_cgroup_path(std::uint32_t pid) {
@@ -112,7 +107,7 @@ std::vector<daemon::LiveStream> live_streams(const core::Pipeline& pipeline) {
   std::vector<daemon::LiveStream> live;
   pipeline.for_each_active_stream([&](const core::StreamRecord& r) {
     daemon::LiveStream s;
-    s.id = std::to_string(r.conn.generation) + "-" + std::to_string(r.stream_seq);
+    s.id = core::stream_id(r);
     s.pid = r.conn.pid;
     s.comm = r.conn.comm;
     s.path = r.path;
@@ -381,7 +376,7 @@ int main(int argc, char** argv) {
       std::string(config.output.file.empty() ? "stdout" : config.output.file) +
       (api ? "; API on " + config.api.socket : "") + (http ? "; metrics on port " + std::to_string(http->port()) : ""));
 
-  const std::uint64_t start = monotonic_ns();
+  const std::uint64_t start = base::monotonic_ns();
   std::uint64_t last_tick = start;
   const auto handler = [&](std::span<const std::uint8_t> record) { pipeline.on_record(record); };
   while (!g_stop.load()) {
@@ -402,7 +397,7 @@ int main(int argc, char** argv) {
         log("configuration reload failed: keeping the running configuration");
       }
     }
-    const std::uint64_t now = monotonic_ns();
+    const std::uint64_t now = base::monotonic_ns();
     if (now - last_tick > 1'000'000'000ull) {
       pipeline.expire(now);
       degradation.tick(now);
@@ -413,7 +408,7 @@ int main(int argc, char** argv) {
   }
   if (http) http->set_ready(false);
   capture->drain(handler);
-  pipeline.flush(monotonic_ns());
+  pipeline.flush(base::monotonic_ns());
   refresh();
   if (api) api->stop();
   if (http) http->stop();

@@ -15,6 +15,7 @@
 
 #include "cli/format.h"
 #include "daemon/api.h"
+#include "output/format.h"
 
 namespace {
 
@@ -25,7 +26,7 @@ using infertap::daemon::ApiErrorKind;
 
 constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitNotRunning = 3, kExitPermission = 4;
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+using infertap::output::dump;
 
 // Sends one request; prints the daemon's error and returns nullopt when it failed.
 std::optional<json> call(ApiClient& client, const json& request) {

@@ -19,6 +19,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "base/host_port.h"
 #include "infertap/abi.h"
 
 namespace infertap::daemon {
@@ -208,21 +209,10 @@ void set(const YAML::Node& node, T* out, Get&& get) {
   if (auto v = get()) *out = static_cast<T>(*v);
 }
 
+// A listen address of the file names its host and a port other than 0.
 bool valid_listen(const std::string& s) {
-  std::string_view port;
-  if (!s.empty() && s.front() == '[') {
-    const auto close = s.find("]:");
-    if (close == std::string::npos || close == 1) return false;
-    port = std::string_view(s).substr(close + 2);
-  } else {
-    const auto colon = s.rfind(':');
-    if (colon == std::string::npos || colon == 0) return false;
-    if (s.find(':') != colon) return false;  // bare IPv6 needs brackets
-    port = std::string_view(s).substr(colon + 1);
-  }
-  unsigned value = 0;
-  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-  return ec == std::errc{} && end == port.data() + port.size() && !port.empty() && value >= 1 && value <= 65535;
+  const auto address = base::split_host_port(s);
+  return address && !address->host.empty() && address->port != 0;
 }
 
 bool has_control_chars(const std::string& s) {

@@ -1,13 +1,13 @@
 #include "daemon/store.h"
 
 #include <algorithm>
-#include <cmath>
-#include <ctime>
 #include <map>
 #include <tuple>
 #include <utility>
 
+#include "base/percentile.h"
 #include "core/labels.h"
+#include "output/format.h"
 
 namespace infertap::daemon {
 namespace {
@@ -16,12 +16,12 @@ using json = nlohmann::json;
 
 constexpr std::string_view kNoRoute = "(none)";  // the route key of a stream without a path
 
-std::optional<double> ms_of(const std::optional<std::uint64_t>& ns) {
-  if (!ns) return std::nullopt;
-  return static_cast<double>(*ns) / 1e6;
-}
+using output::ms_of;
 
-json opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+// Nearest-rank percentile (docs/metrics.md) of a group's values, or null.
+json percentile_json(std::vector<double>& values, double p) {
+  return output::or_null(base::percentile_in_place(values, p));
+}
 
 // Aggregates one group of record summaries.
 struct Group {
@@ -44,20 +44,6 @@ struct Group {
 };
 
 }  // namespace
-
-core::TimestampNs monotonic_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<core::TimestampNs>(ts.tv_sec) * 1'000'000'000ull + static_cast<core::TimestampNs>(ts.tv_nsec);
-}
-
-std::optional<double> percentile_of(std::vector<double>& values, double p) {
-  if (values.empty()) return std::nullopt;
-  std::sort(values.begin(), values.end());
-  const double rank = std::ceil(p / 100.0 * static_cast<double>(values.size()));
-  const std::size_t index = rank < 1 ? 0 : std::min(values.size() - 1, static_cast<std::size_t>(rank) - 1);
-  return values[index];
-}
 
 std::optional<GroupBy> parse_group_by(std::string_view name) {
   if (name == "model") return GroupBy::model;
@@ -332,13 +318,13 @@ json group_json(const std::string& key, Group& g) {
               {"streams", g.streams},
               {"partial", g.partial},
               {"errors", g.errors},
-              {"ttft_p50_ms", opt(percentile_of(g.ttft, 50))},
-              {"ttft_p95_ms", opt(percentile_of(g.ttft, 95))},
-              {"itl_p50_ms", opt(percentile_of(g.itl50, 50))},
-              {"itl_p95_ms", opt(percentile_of(g.itl95, 95))},
-              {"itl_p99_ms", opt(percentile_of(g.itl99, 99))},
+              {"ttft_p50_ms", percentile_json(g.ttft, 50)},
+              {"ttft_p95_ms", percentile_json(g.ttft, 95)},
+              {"itl_p50_ms", percentile_json(g.itl50, 50)},
+              {"itl_p95_ms", percentile_json(g.itl95, 95)},
+              {"itl_p99_ms", percentile_json(g.itl99, 99)},
               {"tokens", g.tokens},
-              {"tokens_per_s_p50", opt(percentile_of(g.rate, 50))},
+              {"tokens_per_s_p50", percentile_json(g.rate, 50)},
               {"stalls", g.stalls},
               {"streams_with_stalls", g.streams_with_stalls}};
 }

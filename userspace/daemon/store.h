@@ -128,8 +128,6 @@ struct StoreCounters {
   std::size_t live = 0;
 };
 
-core::TimestampNs monotonic_now_ns();
-
 class RecordStore {
  public:
   explicit RecordStore(StoreOptions options = {});
@@ -193,8 +191,5 @@ class RecordStore {
 // What keeping a record for its timeline costs in memory: the record and its
 // per-event arrays (an estimate that ignores small strings).
 std::size_t timeline_memory_bytes(const core::StreamRecord& record);
-
-// Nearest-rank percentile (docs/metrics.md) of `values`; nullopt when empty. Sorts in place.
-std::optional<double> percentile_of(std::vector<double>& values, double p);
 
 }  // namespace infertap::daemon

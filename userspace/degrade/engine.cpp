@@ -6,20 +6,19 @@
 #include <cmath>
 #include <utility>
 
+#include "base/percentile.h"
+#include "output/format.h"
+
 namespace infertap::degrade {
 namespace {
 
 constexpr std::size_t kMaxSamples = 4096;  // per metric and window: enough for a stable median
 
-// Value at quantile q of a non-empty sample (nearest rank).
-double quantile(std::vector<double> v, double q) {
-  const auto k = static_cast<std::size_t>(std::min<double>(static_cast<double>(v.size()) - 1,
-                                                            std::floor(q * static_cast<double>(v.size()))));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
-}
+// Percentile p of a non-empty sample: the product's one percentile (nearest
+// rank, base/percentile.h), so an alert and `infertap stats` agree.
+double percentile(std::vector<double> v, double p) { return *base::percentile_in_place(v, p); }
 
-double median(const std::vector<double>& v) { return quantile(v, 0.5); }
+double median(std::vector<double> v) { return percentile(std::move(v), 50); }
 
 bool glob(const std::string& pattern, const std::string& value) {
   return pattern == "*" || fnmatch(pattern.c_str(), value.c_str(), 0) == 0;
@@ -60,15 +59,12 @@ std::string_view to_string(CohortState s) {
 
 std::array<std::optional<double>, kMetrics> metric_values(const Observation& o) {
   std::array<std::optional<double>, kMetrics> v{};
-  const auto ms = [](const std::optional<std::uint64_t>& ns) -> std::optional<double> {
-    if (!ns) return std::nullopt;
-    return static_cast<double>(*ns) / 1e6;
-  };
-  v[static_cast<std::size_t>(Metric::ttft)] = ms(o.ttft_ns);
+  using output::ms_of;
+  v[static_cast<std::size_t>(Metric::ttft)] = ms_of(o.ttft_ns);
   if (o.tokens_per_s && std::isfinite(*o.tokens_per_s)) v[static_cast<std::size_t>(Metric::tokens_per_s)] = o.tokens_per_s;
-  v[static_cast<std::size_t>(Metric::itl_p95)] = ms(o.itl_p95_ns);
-  v[static_cast<std::size_t>(Metric::itl_p99)] = ms(o.itl_p99_ns);
-  v[static_cast<std::size_t>(Metric::longest_pause)] = ms(o.longest_pause_ns);
+  v[static_cast<std::size_t>(Metric::itl_p95)] = ms_of(o.itl_p95_ns);
+  v[static_cast<std::size_t>(Metric::itl_p99)] = ms_of(o.itl_p99_ns);
+  v[static_cast<std::size_t>(Metric::longest_pause)] = ms_of(o.longest_pause_ns);
   return v;
 }
 
@@ -208,7 +204,7 @@ Engine::WindowVerdict Engine::judge(Cohort& c) const {
     e.affected = w.breached;
     e.affected_share = static_cast<double>(w.breached) / static_cast<double>(w.n);
     e.observed = median(w.values);
-    e.worst = quantile(w.values, higher_is_worse(m) ? 0.9 : 0.1);
+    e.worst = percentile(w.values, higher_is_worse(m) ? 90 : 10);
     if (objective) e.objective = objective->limit[i];
     e.baseline = config_.baseline ? c.baseline[i] : std::nullopt;
     if (w.breached_objective && w.breached_baseline) {
