@@ -66,41 +66,23 @@ std::string read_comm(std::uint32_t pid) {
 
 void log(const std::string& message) { std::fprintf(stderr, "infertapd: %s\n", message.c_str()); }
 
+// {name: value} of one counter table.
+template <class Table>
+nlohmann::json table_json(const Table& table) {
+  nlohmann::json out = nlohmann::json::object();
+  table.for_each([&](const base::Counter& c) { out[std::string(c.name)] = c.value; });
+  return out;
+}
+
+// The counters of `infertap status`: every entry of the capture, pipeline
+// and sink tables, under the names the tables give them.
 nlohmann::json counters_json(const capture::CaptureStats& k, const core::PipelineCounters& p,
                              const daemon::SinkCounters& s) {
-  return {
-      {"kernel",
-       {{"syscalls_seen", k.syscalls_seen},
-        {"not_tcp", k.not_tcp},
-        {"muted", k.muted},
-        {"events", k.events},
-        {"sockets_followed", k.sockets_followed},
-        {"sockets_muted", k.sockets_muted},
-        {"drops", {{"ringbuf_full", k.drops_ringbuf_full}, {"args_map_full", k.drops_args_map_full},
-                   {"conn_map_full", k.drops_conn_map_full}, {"no_scratch", k.drops_no_scratch}}}}},
-      {"pipeline",
-       {{"records", p.records},
-        {"data_events", p.data_events},
-        {"state_events", p.state_events},
-        {"decode_errors", p.decode_errors},
-        {"connections_opened", p.connections_opened},
-        {"connections_evicted", p.connections_evicted},
-        {"connections_muted", p.connections_muted},
-        {"connections_refused", p.connections_refused},
-        {"http_parse_errors", p.http_parse_errors},
-        {"streams_started", p.streams_started},
-        {"streams_completed", p.streams_completed},
-        {"streams_partial", p.streams_partial},
-        {"non_stream_responses", p.non_stream_responses},
-        {"sse_events", p.sse_events},
-        {"bytes_lost", p.bytes_lost},
-        {"bytes_not_captured", p.bytes_not_captured}}},
-      {"sink",
-       {{"written_lines", s.written_lines},
-        {"dropped_lines", s.dropped_lines},
-        {"write_errors", s.write_errors},
-        {"rotations", s.rotations}}},
-  };
+  nlohmann::json kernel = nlohmann::json::object(), drops = nlohmann::json::object();
+  k.for_each_stat([&](const base::Counter& c) { kernel[std::string(c.name)] = c.value; });
+  k.for_each_drop([&](const base::Counter& c) { drops[std::string(c.name)] = c.value; });
+  kernel["drops"] = std::move(drops);
+  return {{"kernel", std::move(kernel)}, {"pipeline", table_json(p)}, {"sink", table_json(s)}};
 }
 
 std::vector<daemon::LiveStream> live_streams(const core::Pipeline& pipeline) {
@@ -360,7 +342,7 @@ int main(int argc, char** argv) {
   const auto refresh = [&] {
     const capture::CaptureStats k = capture->stats();
     const daemon::SinkCounters s = sink->counters();
-    metrics.set_self(k, pipeline.counters(), {pipeline.connection_count(), s.dropped_lines});
+    metrics.set_self(k, pipeline.counters(), s, {pipeline.connection_count()});
     store.set_live(live_streams(pipeline));
     publish_degradation();
     std::lock_guard<std::mutex> lock(status_mu);

@@ -383,7 +383,7 @@ TEST(MetricsRegistry, SelfMetrics) {
   core::PipelineCounters pc;
   pc.http_parse_errors = 5;
   pc.decode_errors = 6;
-  reg.set_self(cs, pc, SelfExtra{.tracked_connections = 7, .sink_dropped_lines = 8});
+  reg.set_self(cs, pc, SinkCounters{.dropped_lines = 8}, SelfExtra{.tracked_connections = 7});
   StreamRecord r = make_record({});
   r.parse_errors = 9;
   reg.observe(r);
