@@ -21,3 +21,17 @@ struct Counter {
 };
 
 }  // namespace infertap::base
+
+// The body of a counter struct made from a list X(name, kind, help): one
+// std::uint64_t field per counter and for_each(f), which calls
+// f(base::Counter) for every counter in list order.
+//   struct PipelineCounters { INFERTAP_COUNTER_FIELDS(INFERTAP_PIPELINE_COUNTERS) };
+#define INFERTAP_COUNTER_FIELDS(LIST)    \
+  LIST(INFERTAP_COUNTER_FIELD_)          \
+  template <class F>                     \
+  void for_each(F&& f) const {           \
+    LIST(INFERTAP_COUNTER_VISIT_)        \
+  }
+#define INFERTAP_COUNTER_FIELD_(name, kind, help) std::uint64_t name = 0;
+#define INFERTAP_COUNTER_VISIT_(name, kind, help) \
+  f(::infertap::base::Counter{#name, help, ::infertap::base::CounterKind::kind, name});

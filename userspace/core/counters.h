@@ -33,17 +33,7 @@
 namespace infertap::core {
 
 struct PipelineCounters {
-#define INFERTAP_COUNTER_FIELD(name, kind, help) std::uint64_t name = 0;
-  INFERTAP_PIPELINE_COUNTERS(INFERTAP_COUNTER_FIELD)
-#undef INFERTAP_COUNTER_FIELD
-
-  // f(base::Counter) for every counter, in list order.
-  template <class F>
-  void for_each(F&& f) const {
-#define INFERTAP_COUNTER_VISIT(name, kind, help) f(base::Counter{#name, help, base::CounterKind::kind, name});
-    INFERTAP_PIPELINE_COUNTERS(INFERTAP_COUNTER_VISIT)
-#undef INFERTAP_COUNTER_VISIT
-  }
+  INFERTAP_COUNTER_FIELDS(INFERTAP_PIPELINE_COUNTERS)
 };
 
 }  // namespace infertap::core

@@ -67,17 +67,7 @@ SinkOptions sink_options(const DaemonConfig& config);
   X(queued_bytes, level, "output bytes waiting in the queue now")
 
 struct SinkCounters {
-#define INFERTAP_COUNTER_FIELD(name, kind, help) std::uint64_t name = 0;
-  INFERTAP_SINK_COUNTERS(INFERTAP_COUNTER_FIELD)
-#undef INFERTAP_COUNTER_FIELD
-
-  // f(base::Counter) for every counter, in list order.
-  template <class F>
-  void for_each(F&& f) const {
-#define INFERTAP_COUNTER_VISIT(name, kind, help) f(base::Counter{#name, help, base::CounterKind::kind, name});
-    INFERTAP_SINK_COUNTERS(INFERTAP_COUNTER_VISIT)
-#undef INFERTAP_COUNTER_VISIT
-  }
+  INFERTAP_COUNTER_FIELDS(INFERTAP_SINK_COUNTERS)
 };
 
 class RecordSink {

@@ -122,16 +122,14 @@ json alerts_response(const Engine& engine, const output::WallClock& clock, const
                            {"last_window_streams", c.last_streams},
                            {"baseline", std::move(baseline)}});
   }
-  const EngineCounters& k = engine.counters();
   out["active"] = std::move(active);
   out["recent"] = std::move(recent);
   out["abuse_active"] = std::move(abuse_active);
   out["abuse_recent"] = std::move(abuse_recent);
   out["cohorts"] = std::move(cohorts);
-  out["counters"] = {{"observations", k.observations},
-                     {"windows_closed", k.windows_closed},
-                     {"cohorts_evicted", k.cohorts_evicted},
-                     {"cohorts_refused", k.cohorts_refused}};
+  json counters = json::object();
+  engine.counters().for_each([&](const base::Counter& c) { counters[std::string(c.name)] = c.value; });
+  out["counters"] = std::move(counters);
   return out;
 }
 
