@@ -144,12 +144,13 @@ json table_json(const Table& table) {
 
 // The counters of `infertap status`: every entry of the capture, pipeline
 // and sink tables, under the names the tables give them.
-json counters_json(const capture::CaptureStats& k, const core::PipelineCounters& p, const daemon::SinkCounters& s) {
+json counters_json(const capture::CaptureStats& capture, const core::PipelineCounters& pipeline,
+                   const daemon::SinkCounters& sink) {
   json kernel = json::object(), drops = json::object();
-  k.for_each_stat([&](const base::Counter& c) { kernel[std::string(c.name)] = c.value; });
-  k.for_each_drop([&](const base::Counter& c) { drops[std::string(c.name)] = c.value; });
+  capture.for_each_stat([&](const base::Counter& c) { kernel[std::string(c.name)] = c.value; });
+  capture.for_each_drop([&](const base::Counter& c) { drops[std::string(c.name)] = c.value; });
   kernel["drops"] = std::move(drops);
-  return {{"kernel", std::move(kernel)}, {"pipeline", table_json(p)}, {"sink", table_json(s)}};
+  return {{"kernel", std::move(kernel)}, {"pipeline", table_json(pipeline)}, {"sink", table_json(sink)}};
 }
 
 std::vector<daemon::LiveStream> live_streams(const core::Pipeline& pipeline) {
@@ -368,9 +369,9 @@ class Agent {
 
   // What the API, the metrics endpoint and `infertap status` read, once a second.
   void refresh() {
-    const capture::CaptureStats k = capture_->stats();
-    const daemon::SinkCounters s = sink_->counters();
-    metrics_.set_self(k, pipeline_->counters(), s, {pipeline_->connection_count()});
+    const capture::CaptureStats kernel = capture_->stats();
+    const daemon::SinkCounters sink = sink_->counters();
+    metrics_.set_self(kernel, pipeline_->counters(), sink, {pipeline_->connection_count()});
     store_.set_live(live_streams(*pipeline_));
     std::vector<daemon::CohortStateSample> cohorts;
     for (const degrade::CohortGauge& g : degradation_.gauges()) {
@@ -379,7 +380,7 @@ class Agent {
     }
     metrics_.set_degradation(cohorts, degradation_.active_abuse());
     std::lock_guard<std::mutex> lock(status_mu_);
-    status_["counters"] = counters_json(k, pipeline_->counters(), s);
+    status_["counters"] = counters_json(kernel, pipeline_->counters(), sink);
     status_["tracked_connections"] = pipeline_->connection_count();
   }
 

@@ -18,6 +18,7 @@
 
 #include "base/host_port.h"
 #include "base/yaml_reader.h"
+#include "daemon/http_server.h"
 #include "infertap/abi.h"
 
 namespace infertap::daemon {
@@ -274,15 +275,29 @@ Read output_flag(Read file) {
   };
 }
 
-// On the command line '' turns the endpoint off; the file always names one.
-template <class Field>
-Read empty_is_none(Field field, Read otherwise) {
-  return [=](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
-    if (n.IsScalar() && n.Scalar().empty()) {
-      field(c).clear();
+// The endpoints on the command line: '' runs none (the file always names
+// one), and any value the endpoint itself takes is taken. A file is read by
+// a daemon started anywhere, so its socket path must be absolute; a flag may
+// name one relative to where infertapd starts. The file's listen address names
+// its host and port; a flag may also ask for ':port' or port 0 (any free one),
+// which the endpoint understands (docs/prometheus.md, HttpServer).
+Read socket_flag() {
+  return [](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+    if (const auto v = r.string(n, k)) c.api.socket = *v;
+  };
+}
+
+Read listen_flag() {
+  return [](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+    const auto v = r.string(n, k);
+    std::string host, error;
+    std::uint16_t port = 0;
+    if (!v) return;
+    if (!v->empty() && !parse_listen_address(*v, &host, &port, &error)) {
+      r.fail(n, k, error);
       return;
     }
-    otherwise(r, n, k, c);
+    c.metrics.listen = *v;
   };
 }
 
@@ -307,8 +322,6 @@ Option option(std::string key, Value value, std::string flag = {}, FlagForm form
 std::vector<Option> make_options() {
   using F = FlagForm;
   const Value output_file = text(FIELD(output.file), "FILE", file_problem);
-  const Value api_socket = text(FIELD(api.socket), "PATH", socket_problem);
-  const Value metrics_listen = text(FIELD(metrics.listen), "HOST:PORT", listen_problem);
   std::vector<Option> o = {
       option("node_name", text(FIELD(node_name), "NAME", node_name_problem)),
       option("capture.attach", attach_method(), "--attach", F::value, "How the capture attaches"),
@@ -350,10 +363,10 @@ std::vector<Option> make_options() {
       option("output.keep_files", integer(FIELD(output.keep_files), 0, 1000)),
       option("output.timeline", boolean(FIELD(output.timeline)), "--timeline", F::on,
              "Include the per-event timeline in each record"),
-      option("api.socket", api_socket, "--socket", F::value, "Query API unix socket ('' = no API)",
-             empty_is_none(FIELD(api.socket), api_socket.read)),
-      option("metrics.listen", metrics_listen, "--metrics-listen", F::value,
-             "Prometheus endpoint host:port ('' = none)", empty_is_none(FIELD(metrics.listen), metrics_listen.read)),
+      option("api.socket", text(FIELD(api.socket), "PATH", socket_problem), "--socket", F::value,
+             "Query API unix socket ('' = no API)", socket_flag()),
+      option("metrics.listen", text(FIELD(metrics.listen), "HOST:PORT", listen_problem), "--metrics-listen", F::value,
+             "Prometheus endpoint host:port ('' = none)", listen_flag()),
       option("metrics.max_label_values", integer(FIELD(metrics.max_label_values), 1, 10'000)),
       option("kubernetes.pods_dir", text(FIELD(kubernetes.pods_dir), "DIR", directory_problem)),
       option("kubernetes.containers_dir", text(FIELD(kubernetes.containers_dir), "DIR", directory_problem)),

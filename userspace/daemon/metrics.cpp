@@ -400,7 +400,7 @@ void MetricsRegistry::observe(const core::StreamRecord& record) {
   with_end.push_back(end);
   state_.streams[with_end] += 1;
   LabelValues with_cause = std::move(labels);
-  with_cause.emplace_back("unclassified");  // a later issue attributes causes
+  with_cause.emplace_back("unclassified");  // not split by cause here yet; records carry it (stalls[].cause)
   state_.stalls[with_cause] += m.stalls.size();
   state_.sse_parse_errors += record.parse_errors;
 }

@@ -56,6 +56,13 @@ TEST(Options, SwitchesAndTheirOwnForms) {
   EXPECT_EQ(c.api.socket, "") << "'' on the command line: no API";
   EXPECT_EQ(c.metrics.listen, "") << "'' on the command line: no endpoint";
   EXPECT_EQ(c.pipeline.stall_floor_ns, 50'000'000u);
+  // What the endpoints take on the command line beyond the file's rules.
+  c = with_flags("", {{"metrics.listen", {"127.0.0.1:0"}}, {"api.socket", {"run/api.sock"}}});
+  EXPECT_EQ(c.metrics.listen, "127.0.0.1:0") << "port 0: any free port";
+  EXPECT_EQ(c.api.socket, "run/api.sock") << "relative to where infertapd starts";
+  std::string e;
+  with_flags("", {{"metrics.listen", {"nonsense"}}}, &e);
+  EXPECT_NE(e.find("--metrics-listen: bad listen address \"nonsense\": expected host:port"), std::string::npos) << e;
   c = with_flags("", {{"output.file", {"/tmp/records.ndjson"}}, {"capture.attach", {"raw_tp"}}});
   EXPECT_FALSE(c.output.to_stdout) << "-o FILE writes the file instead of stdout";
   EXPECT_EQ(c.output.file, "/tmp/records.ndjson");

@@ -286,10 +286,10 @@ std::vector<LiveStream> RecordStore::live() const {
 }
 
 json RecordStore::live_json(core::TimestampNs now_ns) const {
-  std::vector<LiveStream> live = this->live();
-  std::sort(live.begin(), live.end(), [](const LiveStream& a, const LiveStream& b) { return a.started_ns < b.started_ns; });
+  std::vector<LiveStream> streams = live();
+  std::sort(streams.begin(), streams.end(), [](const LiveStream& a, const LiveStream& b) { return a.started_ns < b.started_ns; });
   json out = json::array();
-  for (const LiveStream& l : live) {
+  for (const LiveStream& l : streams) {
     const auto since = [&](core::TimestampNs t) -> json {
       if (!t || t > now_ns) return t ? json(0.0) : json(nullptr);
       return static_cast<double>((now_ns - t) / 1000) / 1000.0;
