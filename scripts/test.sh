@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs dependencies, builds, then runs unit tests,
 # each libFuzzer harness briefly (ASan/UBSan), the BPF integration tests (root:
-# real programs, real servers and clients) and a short benchmark smoke run.
+# real programs, real servers and clients), the layer order of the includes,
+# the deploy manifests and a short benchmark smoke run.
 # Prints "N passed, N failed" last; exits non-zero on any failure.
 #
 #   FUZZ_SECONDS=20   seconds per fuzzer
@@ -72,6 +73,13 @@ for f in build/fuzz/fuzz_*; do
   run_fuzzer "$f"
 done
 run_gtest "integration tests (BPF, root)" build/integration_tests
+
+echo "== layers (includes point down: scripts/check_layers.py)"
+if scripts/check_layers.py; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); failures+=("layers")
+fi
 
 echo "== deploy manifests (offline validation)"
 if python3 tests/deploy/validate_manifests.py; then

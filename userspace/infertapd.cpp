@@ -13,9 +13,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
+#include <deque>
 #include <fstream>
-#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -23,6 +23,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "base/clock.h"
 #include "capture/loader.h"
 #include "core/pipeline.h"
 #include "daemon/api.h"
@@ -38,6 +39,7 @@
 namespace {
 
 using namespace infertap;
+using json = nlohmann::json;
 
 // Set by signal handlers; the only process-wide state.
 std::atomic<bool> g_stop{false};
@@ -46,10 +48,15 @@ std::atomic<bool> g_reload{false};
 void on_stop(int) { g_stop.store(true); }
 void on_hup(int) { g_reload.store(true); }
 
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+void install_signal_handlers() {
+  struct sigaction stop_action {};
+  stop_action.sa_handler = on_stop;
+  sigaction(SIGINT, &stop_action, nullptr);
+  sigaction(SIGTERM, &stop_action, nullptr);
+  struct sigaction hup_action {};
+  hup_action.sa_handler = on_hup;
+  sigaction(SIGHUP, &hup_action, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a CLI that hangs up must not kill the daemon
 }
 
 // "0::/system.slice/foo.service" -> "/system.slice/foo.service"
@@ -71,48 +78,86 @@ std::string read_comm(std::uint32_t pid) {
 
 void log(const std::string& message) { std::fprintf(stderr, "infertapd: %s\n", message.c_str()); }
 
-nlohmann::json counters_json(const capture::CaptureStats& k, const core::PipelineCounters& p,
-                             const daemon::SinkCounters& s) {
-  return {
-      {"kernel",
-       {{"syscalls_seen", k.syscalls_seen},
-        {"not_tcp", k.not_tcp},
-        {"muted", k.muted},
-        {"events", k.events},
-        {"sockets_followed", k.sockets_followed},
-        {"sockets_muted", k.sockets_muted},
-        {"drops", {{"ringbuf_full", k.drops_ringbuf_full}, {"args_map_full", k.drops_args_map_full},
-                   {"conn_map_full", k.drops_conn_map_full}, {"no_scratch", k.drops_no_scratch}}}}},
-      {"pipeline",
-       {{"records", p.records},
-        {"data_events", p.data_events},
-        {"state_events", p.state_events},
-        {"decode_errors", p.decode_errors},
-        {"connections_opened", p.connections_opened},
-        {"connections_evicted", p.connections_evicted},
-        {"connections_muted", p.connections_muted},
-        {"connections_refused", p.connections_refused},
-        {"http_parse_errors", p.http_parse_errors},
-        {"streams_started", p.streams_started},
-        {"streams_completed", p.streams_completed},
-        {"streams_partial", p.streams_partial},
-        {"non_stream_responses", p.non_stream_responses},
-        {"sse_events", p.sse_events},
-        {"bytes_lost", p.bytes_lost},
-        {"bytes_not_captured", p.bytes_not_captured}}},
-      {"sink",
-       {{"written_lines", s.written_lines},
-        {"dropped_lines", s.dropped_lines},
-        {"write_errors", s.write_errors},
-        {"rotations", s.rotations}}},
-  };
+// ---- the command line -------------------------------------------------------
+
+// What only the command line sets: how long to run and what to report.
+struct RunControl {
+  std::string config_path;
+  double duration_s = 0;
+  std::string ready_file;
+  bool print_stats = false;
+};
+
+// One option of the table (daemon::options()) as CLI11 fills it.
+struct FlagSlot {
+  const daemon::Option* option = nullptr;
+  std::string value;
+  std::vector<std::string> values;
+  bool on = false;
+  CLI::Option* given = nullptr;
+};
+
+// Run control and every flag of the option table; `slots` receive the values.
+void add_flags(CLI::App& app, RunControl& run, std::deque<FlagSlot>& slots) {
+  app.add_option("-c,--config", run.config_path, "YAML configuration file (docs/configuration.md); flags override it");
+  for (const daemon::Option& o : daemon::options()) {
+    if (o.form == daemon::FlagForm::none) continue;
+    FlagSlot& slot = slots.emplace_back();
+    slot.option = &o;
+    const std::string help = o.help + " [" + o.key + "]";
+    switch (o.form) {
+      case daemon::FlagForm::value: slot.given = app.add_option(o.flag, slot.value, help); break;
+      case daemon::FlagForm::repeatable: slot.given = app.add_option(o.flag, slot.values, help); break;
+      case daemon::FlagForm::on:
+      case daemon::FlagForm::off: slot.given = app.add_flag(o.flag, slot.on, help); break;
+      case daemon::FlagForm::none: break;
+    }
+    if (o.form == daemon::FlagForm::value || o.form == daemon::FlagForm::repeatable) slot.given->type_name(o.value_form);
+  }
+  app.add_option("--duration", run.duration_s, "Stop after this many seconds (0 = until SIGINT/SIGTERM)");
+  app.add_option("--ready-file", run.ready_file, "Create this file once the capture is attached");
+  app.add_flag("--stats", run.print_stats, "Print capture and pipeline counters to stderr at exit");
+}
+
+daemon::CommandLine given_flags(const std::deque<FlagSlot>& slots) {
+  daemon::CommandLine flags;
+  for (const FlagSlot& slot : slots) {
+    if (!*slot.given) continue;
+    switch (slot.option->form) {
+      case daemon::FlagForm::value: flags.set(*slot.option, {slot.value}); break;
+      case daemon::FlagForm::repeatable: flags.set(*slot.option, slot.values); break;
+      default: flags.set(*slot.option, {}); break;
+    }
+  }
+  return flags;
+}
+
+// ---- what the daemon publishes ------------------------------------------------
+
+// {name: value} of one counter table.
+template <class Table>
+json table_json(const Table& table) {
+  json out = json::object();
+  table.for_each([&](const base::Counter& c) { out[std::string(c.name)] = c.value; });
+  return out;
+}
+
+// The counters of `infertap status`: every entry of the capture, pipeline
+// and sink tables, under the names the tables give them.
+json counters_json(const capture::CaptureStats& capture, const core::PipelineCounters& pipeline,
+                   const daemon::SinkCounters& sink) {
+  json kernel = json::object(), drops = json::object();
+  capture.for_each_stat([&](const base::Counter& c) { kernel[std::string(c.name)] = c.value; });
+  capture.for_each_drop([&](const base::Counter& c) { drops[std::string(c.name)] = c.value; });
+  kernel["drops"] = std::move(drops);
+  return {{"kernel", std::move(kernel)}, {"pipeline", table_json(pipeline)}, {"sink", table_json(sink)}};
 }
 
 std::vector<daemon::LiveStream> live_streams(const core::Pipeline& pipeline) {
   std::vector<daemon::LiveStream> live;
   pipeline.for_each_active_stream([&](const core::StreamRecord& r) {
     daemon::LiveStream s;
-    s.id = std::to_string(r.conn.generation) + "-" + std::to_string(r.stream_seq);
+    s.id = core::stream_id(r);
     s.pid = r.conn.pid;
     s.comm = r.conn.comm;
     s.path = r.path;
@@ -128,301 +173,276 @@ std::vector<daemon::LiveStream> live_streams(const core::Pipeline& pipeline) {
   return live;
 }
 
+daemon::MetricsConfig metrics_config(const daemon::DaemonConfig& config) {
+  daemon::MetricsConfig m;
+  m.max_label_values = config.metrics.max_label_values;
+  return m;
+}
+
+// ---- the agent ------------------------------------------------------------------
+
+// Everything infertapd runs, in the order it is started (and stopped in
+// reverse): the output, the capture, the endpoints, the pipeline.
+class Agent {
+ public:
+  Agent(daemon::DaemonConfig config, daemon::CommandLine flags, RunControl run)
+      : config_(std::move(config)),
+        flags_(std::move(flags)),
+        run_(std::move(run)),
+        render_{config_.output.timeline, daemon::effective_node_name(config_)},
+        metrics_(metrics_config(config_)),
+        store_(store_options()),
+        degradation_(config_.degradation, clock_, render_.host, [this](std::string line) { sink_->offer(std::move(line)); }),
+        workloads_(daemon::KubernetesSources::from_environment(config_.kubernetes.pods_dir,
+                                                              config_.kubernetes.containers_dir)) {}
+
+  // 0 once everything runs, else the exit code (the reason is logged).
+  int start() {
+    if (const int rc = open_output()) return rc;
+    if (const int rc = open_capture()) return rc;
+    if (const int rc = start_metrics()) return rc;
+    if (const int rc = start_api()) return rc;
+    build_pipeline();
+    refresh();
+    if (http_) http_->set_ready(true);
+    if (!run_.ready_file.empty()) {
+      if (FILE* f = std::fopen(run_.ready_file.c_str(), "w")) std::fclose(f);
+    }
+    log("capture attached; records to " + std::string(config_.output.file.empty() ? "stdout" : config_.output.file) +
+        (api_ ? "; API on " + config_.api.socket : "") +
+        (http_ ? "; metrics on port " + std::to_string(http_->port()) : ""));
+    return 0;
+  }
+
+  // Until SIGINT/SIGTERM or --duration: drain the ring, once a second expire
+  // idle streams, tick the degradation windows and refresh what others read.
+  void run() {
+    const std::uint64_t start = base::monotonic_ns();
+    std::uint64_t last_tick = start;
+    while (!g_stop.load()) {
+      const int n = capture_->poll(50, handler_);
+      if (n < 0) {
+        log(std::string("ring buffer poll failed: ") + std::strerror(-n));
+        break;
+      }
+      if (g_reload.exchange(false)) reload();
+      const std::uint64_t now = base::monotonic_ns();
+      if (now - last_tick > 1'000'000'000ull) {
+        pipeline_->expire(now);
+        degradation_.tick(now);
+        refresh();
+        last_tick = now;
+      }
+      if (run_.duration_s > 0 && static_cast<double>(now - start) / 1e9 >= run_.duration_s) break;
+    }
+  }
+
+  // What is in the ring and in flight becomes records; then every writer ends.
+  void stop() {
+    if (http_) http_->set_ready(false);
+    capture_->drain(handler_);
+    pipeline_->flush(base::monotonic_ns());
+    refresh();
+    if (api_) api_->stop();
+    if (http_) http_->stop();
+    sink_->close(std::chrono::milliseconds(5000));
+    if (device_fd_ >= 0) close(device_fd_);
+    device_fd_ = -1;
+    if (run_.print_stats) {
+      std::lock_guard<std::mutex> lock(status_mu_);
+      log("stats " + status_["counters"].dump());
+    }
+  }
+
+ private:
+  daemon::StoreOptions store_options() const {
+    daemon::StoreOptions o;
+    o.capacity = config_.limits.max_streams_in_memory;
+    o.clock = clock_;
+    o.host = render_.host;
+    return o;
+  }
+
+  // A character device (/dev/null, a tty) or a FIFO (a log shipper's pipe) is
+  // written like stdout: no rotation, and a reader that stops reading makes
+  // the sink drop lines with a counter, never the capture wait.
+  int open_output() {
+    daemon::SinkOptions options = daemon::sink_options(config_);
+    struct stat output_stat {};
+    if (!options.file.empty() && stat(options.file.c_str(), &output_stat) == 0 &&
+        (S_ISCHR(output_stat.st_mode) || S_ISFIFO(output_stat.st_mode))) {
+      // O_NONBLOCK: opening a FIFO nobody reads fails (ENXIO) instead of hanging;
+      // the sink polls a non-blocking descriptor before each write.
+      device_fd_ = open(options.file.c_str(), O_WRONLY | O_CLOEXEC | (S_ISFIFO(output_stat.st_mode) ? O_NONBLOCK : 0));
+      if (device_fd_ < 0) {
+        const bool no_reader = errno == ENXIO;
+        log("output: " + options.file + ": " + std::strerror(errno) +
+            (no_reader ? " (a FIFO needs its reader started first)" : ""));
+        return 2;
+      }
+      options.to_stdout = true;
+      options.stdout_fd = device_fd_;
+      options.file.clear();
+    }
+    std::string error;
+    sink_ = daemon::RecordSink::open(options, &error);
+    if (!sink_) {
+      log("output: " + error);
+      return 2;
+    }
+    return 0;
+  }
+
+  int open_capture() {
+    std::string error;
+    capture_ = capture::Capture::open(config_.capture, &error);
+    if (!capture_) {
+      log(error);
+      return 1;
+    }
+    std::vector<std::string> notes;
+    for (const auto& note : capture_->notes()) {
+      log(note.what + " (" + note.why + ")");
+      notes.push_back(note.what + " (" + note.why + ")");
+    }
+    std::lock_guard<std::mutex> lock(status_mu_);
+    status_ = {{"attach", notes}, {"node", render_.host}};
+    return 0;
+  }
+
+  int start_metrics() {
+    if (config_.metrics.listen.empty()) return 0;
+    std::string error;
+    http_ = daemon::HttpServer::start(config_.metrics.listen, metrics_, &error);
+    if (!http_) {
+      log("metrics endpoint: " + error);
+      return 2;
+    }
+    return 0;
+  }
+
+  int start_api() {
+    if (config_.api.socket.empty()) return 0;
+    daemon::ApiOptions options;
+    options.socket_path = config_.api.socket;
+    options.alerts = [this] { return degradation_.alerts_response(); };
+    options.status = [this] {
+      std::lock_guard<std::mutex> lock(status_mu_);
+      return status_;
+    };
+    api_ = std::make_unique<daemon::ApiServer>(store_, options);
+    try {
+      api_->start();
+    } catch (const std::exception& e) {
+      log(std::string("query API: ") + e.what());
+      return 2;
+    }
+    return 0;
+  }
+
+  void build_pipeline() {
+    capture::Capture* cap = capture_.get();
+    pipeline_ = std::make_unique<core::Pipeline>(
+        config_.pipeline, [this](core::StreamRecord&& record) { on_record(std::move(record)); },
+        [cap](std::uint64_t sock_id) { cap->mute(sock_id); }, read_cgroup_path, read_comm);
+    // Per new connection: process name targeting (the kernel filters pids,
+    // ports and cgroups itself) and the container / pod the process runs in.
+    pipeline_->set_admit([this, patterns = config_.targeting.process_name_patterns](core::ConnIdentity& id) {
+      // The kernel reports the name of the thread that made the call; a process
+      // whose threads are renamed (prctl) is matched by its own name too.
+      if (!daemon::comm_matches(patterns, id.comm) && !daemon::comm_matches(patterns, read_comm(id.pid))) {
+        return false;
+      }
+      workloads_.fill(id, id.first_seen_ns);
+      return true;
+    });
+    handler_ = [this](std::span<const std::uint8_t> record) { pipeline_->on_record(record); };
+  }
+
+  // A finished stream: to the output, the metrics, degradation, and the store (last: it keeps it).
+  void on_record(core::StreamRecord&& record) {
+    sink_->offer(output::render_stream(record, clock_, render_));
+    metrics_.observe(record);
+    degradation_.observe(record);
+    store_.add(std::move(record));
+  }
+
+  // What the API, the metrics endpoint and `infertap status` read, once a second.
+  void refresh() {
+    const capture::CaptureStats kernel = capture_->stats();
+    const daemon::SinkCounters sink = sink_->counters();
+    metrics_.set_self(kernel, pipeline_->counters(), sink, {pipeline_->connection_count()});
+    store_.set_live(live_streams(*pipeline_));
+    std::vector<daemon::CohortStateSample> cohorts;
+    for (const degrade::CohortGauge& g : degradation_.gauges()) {
+      cohorts.push_back({std::string(degrade::to_string(g.key.vantage)), g.key.model, g.key.route, g.key.process,
+                         g.key.length_class, g.degraded});
+    }
+    metrics_.set_degradation(cohorts, degradation_.active_abuse());
+    std::lock_guard<std::mutex> lock(status_mu_);
+    status_["counters"] = counters_json(kernel, pipeline_->counters(), sink);
+    status_["tracked_connections"] = pipeline_->connection_count();
+  }
+
+  // SIGHUP: the file and the flags again; what can change without
+  // reattaching takes effect (stall thresholds, timeline output, degradation).
+  void reload() {
+    std::string error;
+    const auto next = daemon::configure(run_.config_path, flags_, &error);
+    if (!next) {
+      log(error);
+      log("configuration reload failed: keeping the running configuration");
+      return;
+    }
+    pipeline_->set_stall_threshold(next->pipeline.stall_floor_ns, next->pipeline.stall_ratio);
+    render_.timeline = next->output.timeline;
+    if (degradation_.reconfigure(next->degradation)) log("degradation detection restarted with the new settings");
+    log("configuration reloaded (capture, targeting, output and endpoints need a restart to change)");
+  }
+
+  const daemon::DaemonConfig config_;
+  const daemon::CommandLine flags_;
+  const RunControl run_;
+  int device_fd_ = -1;
+  std::unique_ptr<daemon::RecordSink> sink_;
+  std::unique_ptr<capture::Capture> capture_;
+  const output::WallClock clock_;
+  output::RenderOptions render_;
+  daemon::MetricsRegistry metrics_;
+  std::unique_ptr<daemon::HttpServer> http_;
+  daemon::RecordStore store_;
+  degrade::Monitor degradation_;  // fed every finished record; alerts go to the same sink
+  // What `infertap status` shows: refreshed by this thread, read by API threads.
+  std::mutex status_mu_;
+  json status_;
+  std::unique_ptr<daemon::ApiServer> api_;
+  std::unique_ptr<core::Pipeline> pipeline_;
+  daemon::WorkloadResolver workloads_;
+  capture::Capture::RecordHandler handler_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   core::keep_freed_heap_for_reuse();
   CLI::App app{"infertapd: kernel-level timing of LLM streaming responses (SSE), no code change needed"};
-  std::string config_path;
-  daemon::DaemonConfig cfg;
-  std::string output_path;
-  std::string ready_file;
-  std::string attach;
-  double duration_s = 0;
-  double stall_floor_ms = 0;
-  double stall_ratio = 0;
-  std::uint32_t ringbuf_mb = 0;
-  bool print_stats = false;
-
-  app.add_option("-c,--config", config_path, "YAML configuration file (docs/configuration.md); flags override it");
-  bool timeline_flag = false;
-  auto* timeline_opt = app.add_flag("--timeline", timeline_flag, "Include the per-event timeline in each record");
-  auto* output_opt = app.add_option("-o,--output", output_path, "NDJSON output file instead of stdout ('-' = stdout)");
-  auto* head_opt = app.add_option("--head-bytes", cfg.capture.head_bytes, "Payload head bytes copied per syscall")
-                       ->check(CLI::Range(16u, static_cast<unsigned>(ITAP_HEAD_MAX)));
-  auto* tail_opt = app.add_option("--tail-bytes", cfg.capture.tail_bytes, "Payload tail bytes copied per syscall")
-                       ->check(CLI::Range(0u, static_cast<unsigned>(ITAP_TAIL_MAX)));
-  auto* pid_opt = app.add_option("--pid", cfg.targeting.pids, "Only trace these process ids (repeatable)");
-  auto* port_opt = app.add_option("--port", cfg.targeting.ports,
-                                  "Only trace connections with this local or remote port (repeatable)");
-  auto* cgroup_opt = app.add_option("--cgroup", cfg.targeting.cgroups,
-                                    "Only trace processes in this cgroup v2 path or below it (repeatable)");
-  auto* name_opt = app.add_option("--process-name", cfg.targeting.process_name_patterns,
-                                  "Only trace processes whose name (comm) matches this glob, e.g. 'vllm*' (repeatable)");
-  auto* ring_opt = app.add_option("--ringbuf-mb", ringbuf_mb, "Ring buffer size in MiB (power of two)");
-  auto* attach_opt = app.add_option("--attach", attach, "How the capture attaches: auto, sock, tracepoint or raw_tp")
-                         ->check(CLI::IsMember({"auto", "sock", "tracepoint", "raw_tp"}));
-  bool no_signals = false;
-  auto* signals_opt = app.add_flag("--no-delivery-signals", no_signals,
-                                   "Do not attach the ACK/arrival/retransmit probes (no acked/arrived vantages, "
-                                   "no TCP context)");
-  auto* floor_opt = app.add_option("--stall-floor-ms", stall_floor_ms, "Smallest gap between tokens that is a stall");
-  auto* ratio_opt = app.add_option("--stall-ratio", stall_ratio, "A stall is also above this many median ITLs");
-  auto* socket_opt = app.add_option("--socket", cfg.api.socket, "Query API unix socket ('' = no API)");
-  auto* listen_opt =
-      app.add_option("--metrics-listen", cfg.metrics.listen, "Prometheus endpoint host:port ('' = none)");
-  app.add_option("--duration", duration_s, "Stop after this many seconds (0 = until SIGINT/SIGTERM)");
-  app.add_option("--ready-file", ready_file, "Create this file once the capture is attached");
-  app.add_flag("--stats", print_stats, "Print capture and pipeline counters to stderr at exit");
+  RunControl run;
+  std::deque<FlagSlot> slots;
+  add_flags(app, run, slots);
   CLI11_PARSE(app, argc, argv);
 
-  // The file first, then every flag given on the command line on top of it.
-  const auto apply_flags = [&](daemon::DaemonConfig& c) {
-    if (*timeline_opt) c.output.timeline = true;
-    if (*output_opt) {
-      c.output.to_stdout = output_path == "-";
-      c.output.file = output_path == "-" ? "" : output_path;
-    }
-    if (*head_opt) c.capture.head_bytes = cfg.capture.head_bytes;
-    if (*tail_opt) c.capture.tail_bytes = cfg.capture.tail_bytes;
-    if (*pid_opt) c.targeting.pids = cfg.targeting.pids;
-    if (*port_opt) c.targeting.ports = cfg.targeting.ports;
-    if (*cgroup_opt) c.targeting.cgroups = cfg.targeting.cgroups;
-    if (*name_opt) c.targeting.process_name_patterns = cfg.targeting.process_name_patterns;
-    if (*ring_opt) c.capture.ringbuf_bytes = ringbuf_mb << 20;
-    if (*attach_opt) {
-      static const std::map<std::string, capture::AttachMethod> methods = {
-          {"auto", capture::AttachMethod::automatic},
-          {"sock", capture::AttachMethod::socket_tracepoints},
-          {"tracepoint", capture::AttachMethod::tracepoints},
-          {"raw_tp", capture::AttachMethod::raw_tracepoints}};
-      c.capture.attach = methods.at(attach);
-    }
-    if (*signals_opt) c.capture.path_signals = !no_signals;
-    if (*floor_opt) c.pipeline.stall_floor_ns = static_cast<std::uint64_t>(stall_floor_ms * 1e6);
-    if (*ratio_opt) c.pipeline.stall_ratio = stall_ratio;
-    if (*socket_opt) c.api.socket = cfg.api.socket;
-    if (*listen_opt) c.metrics.listen = cfg.metrics.listen;
-    c.capture.pids = c.targeting.pids;
-    c.capture.ports = c.targeting.ports;
-  };
-  const auto load = [&](daemon::DaemonConfig* out) {
-    daemon::DaemonConfig c;
-    if (!config_path.empty()) {
-      std::string error;
-      auto loaded = daemon::load_config(config_path, &error);
-      if (!loaded) {
-        log(error);
-        return false;
-      }
-      c = std::move(*loaded);
-    }
-    apply_flags(c);
-    *out = std::move(c);
-    return true;
-  };
-  daemon::DaemonConfig config;
-  if (!load(&config)) return 2;
-  {
-    std::string error;
-    if (!daemon::resolve_cgroup_ids(config.targeting.cgroups, &config.capture.cgroup_ids, &error,
-                                    daemon::cgroup2_mount_point())) {
-      log(error);
-      return 2;
-    }
-  }
-
-  struct sigaction stop_action {};
-  stop_action.sa_handler = on_stop;
-  sigaction(SIGINT, &stop_action, nullptr);
-  sigaction(SIGTERM, &stop_action, nullptr);
-  struct sigaction hup_action {};
-  hup_action.sa_handler = on_hup;
-  sigaction(SIGHUP, &hup_action, nullptr);
-  signal(SIGPIPE, SIG_IGN);  // a CLI that hangs up must not kill the daemon
-
+  const daemon::CommandLine flags = given_flags(slots);
   std::string error;
-  daemon::SinkOptions sink_options = daemon::sink_options(config);
-  // A character device (/dev/null, a tty) or a FIFO (a log shipper's pipe) is
-  // written like stdout: no rotation, and a reader that stops reading makes
-  // the sink drop lines with a counter, never the capture wait.
-  int device_fd = -1;
-  struct stat output_stat {};
-  if (!sink_options.file.empty() && stat(sink_options.file.c_str(), &output_stat) == 0 &&
-      (S_ISCHR(output_stat.st_mode) || S_ISFIFO(output_stat.st_mode))) {
-    // O_NONBLOCK: opening a FIFO nobody reads fails (ENXIO) instead of hanging;
-    // the sink polls a non-blocking descriptor before each write.
-    device_fd = open(sink_options.file.c_str(), O_WRONLY | O_CLOEXEC | (S_ISFIFO(output_stat.st_mode) ? O_NONBLOCK : 0));
-    if (device_fd < 0) {
-      const bool no_reader = errno == ENXIO;
-      log("output: " + sink_options.file + ": " + std::strerror(errno) +
-          (no_reader ? " (a FIFO needs its reader started first)" : ""));
-      return 2;
-    }
-    sink_options.to_stdout = true;
-    sink_options.stdout_fd = device_fd;
-    sink_options.file.clear();
-  }
-  auto sink = daemon::RecordSink::open(sink_options, &error);
-  if (!sink) {
-    log("output: " + error);
+  auto config = daemon::configure(run.config_path, flags, &error);
+  if (!config || !daemon::resolve_cgroup_ids(config->targeting.cgroups, &config->capture.cgroup_ids, &error,
+                                             daemon::cgroup2_mount_point())) {
+    log(error);
     return 2;
   }
-  auto capture = capture::Capture::open(config.capture, &error);
-  if (!capture) {
-    log(error);
-    return 1;
-  }
-  std::vector<std::string> attach_notes;
-  for (const auto& note : capture->notes()) {
-    log(note.what + " (" + note.why + ")");
-    attach_notes.push_back(note.what + " (" + note.why + ")");
-  }
-
-  const output::WallClock clock;
-  output::RenderOptions render;
-  render.host = daemon::effective_node_name(config);
-  render.timeline = config.output.timeline;
-
-  daemon::MetricsConfig metrics_config;
-  metrics_config.max_label_values = config.metrics.max_label_values;
-  daemon::MetricsRegistry metrics(metrics_config);
-  std::unique_ptr<daemon::HttpServer> http;
-  if (!config.metrics.listen.empty()) {
-    http = daemon::HttpServer::start(config.metrics.listen, metrics, &error);
-    if (!http) {
-      log("metrics endpoint: " + error);
-      return 2;
-    }
-  }
-
-  daemon::StoreOptions store_options;
-  store_options.capacity = config.limits.max_streams_in_memory;
-  store_options.clock = clock;
-  store_options.host = render.host;
-  daemon::RecordStore store(store_options);
-
-  // Degradation detection: fed every finished record; alerts go to the same sink.
-  degrade::Monitor degradation(config.degradation, clock, render.host,
-                               [&sink](std::string line) { sink->offer(std::move(line)); });
-  const auto publish_degradation = [&] {
-    std::vector<daemon::CohortStateSample> cohorts;
-    for (const degrade::CohortGauge& g : degradation.gauges()) {
-      cohorts.push_back({std::string(degrade::to_string(g.key.vantage)), g.key.model, g.key.route, g.key.process,
-                         g.key.length_class, g.degraded});
-    }
-    metrics.set_degradation(cohorts, degradation.active_abuse());
-  };
-
-  // What `infertap status` shows: refreshed by the capture thread once a
-  // second, read by API threads.
-  std::mutex status_mu;
-  nlohmann::json status = {{"attach", attach_notes}, {"node", render.host}};
-  std::unique_ptr<daemon::ApiServer> api;
-  if (!config.api.socket.empty()) {
-    daemon::ApiOptions api_options;
-    api_options.socket_path = config.api.socket;
-    api_options.alerts = [&] { return degradation.alerts_response(); };
-    api_options.status = [&] {
-      std::lock_guard<std::mutex> lock(status_mu);
-      return status;
-    };
-    api = std::make_unique<daemon::ApiServer>(store, api_options);
-    try {
-      api->start();
-    } catch (const std::exception& e) {
-      log(std::string("query API: ") + e.what());
-      return 2;
-    }
-  }
-
-  capture::Capture* cap = capture.get();
-  core::Pipeline pipeline(
-      config.pipeline,
-      [&](core::StreamRecord&& record) {
-        sink->offer(output::render_stream(record, clock, render));
-        metrics.observe(record);
-        degradation.observe(record);
-        store.add(std::move(record));  // last: the store keeps it
-      },
-      [cap](std::uint64_t sock_id) { cap->mute(sock_id); }, read_cgroup_path, read_comm);
-
-  // Per new connection: process name targeting (the kernel filters pids,
-  // ports and cgroups itself) and the container / pod the process runs in.
-  daemon::WorkloadResolver workloads(
-      daemon::KubernetesSources::from_environment(config.kubernetes.pods_dir, config.kubernetes.containers_dir));
-  const std::vector<std::string> name_patterns = config.targeting.process_name_patterns;
-  pipeline.set_admit([&workloads, name_patterns](core::ConnIdentity& id) {
-    // The kernel reports the name of the thread that made the call; a process
-    // whose threads are renamed (prctl) is matched by its own name too.
-    if (!daemon::comm_matches(name_patterns, id.comm) && !daemon::comm_matches(name_patterns, read_comm(id.pid))) {
-      return false;
-    }
-    workloads.fill(id, id.first_seen_ns);
-    return true;
-  });
-
-  const auto refresh = [&] {
-    const capture::CaptureStats k = capture->stats();
-    const daemon::SinkCounters s = sink->counters();
-    metrics.set_self(k, pipeline.counters(), {pipeline.connection_count(), s.dropped_lines});
-    store.set_live(live_streams(pipeline));
-    publish_degradation();
-    std::lock_guard<std::mutex> lock(status_mu);
-    status["counters"] = counters_json(k, pipeline.counters(), s);
-    status["tracked_connections"] = pipeline.connection_count();
-  };
-  refresh();
-  if (http) http->set_ready(true);
-  if (!ready_file.empty()) {
-    if (FILE* f = std::fopen(ready_file.c_str(), "w")) std::fclose(f);
-  }
-  log("capture attached; records to " +
-      std::string(config.output.file.empty() ? "stdout" : config.output.file) +
-      (api ? "; API on " + config.api.socket : "") + (http ? "; metrics on port " + std::to_string(http->port()) : ""));
-
-  const std::uint64_t start = monotonic_ns();
-  std::uint64_t last_tick = start;
-  const auto handler = [&](std::span<const std::uint8_t> record) { pipeline.on_record(record); };
-  while (!g_stop.load()) {
-    const int n = capture->poll(50, handler);
-    if (n < 0) {
-      log(std::string("ring buffer poll failed: ") + std::strerror(-n));
-      break;
-    }
-    if (g_reload.exchange(false)) {
-      // What can change without reattaching: stall thresholds, timeline output.
-      daemon::DaemonConfig next;
-      if (load(&next)) {
-        pipeline.set_stall_threshold(next.pipeline.stall_floor_ns, next.pipeline.stall_ratio);
-        render.timeline = next.output.timeline;
-        if (degradation.reconfigure(next.degradation)) log("degradation detection restarted with the new settings");
-        log("configuration reloaded (capture, targeting, output and endpoints need a restart to change)");
-      } else {
-        log("configuration reload failed: keeping the running configuration");
-      }
-    }
-    const std::uint64_t now = monotonic_ns();
-    if (now - last_tick > 1'000'000'000ull) {
-      pipeline.expire(now);
-      degradation.tick(now);
-      refresh();
-      last_tick = now;
-    }
-    if (duration_s > 0 && static_cast<double>(now - start) / 1e9 >= duration_s) break;
-  }
-  if (http) http->set_ready(false);
-  capture->drain(handler);
-  pipeline.flush(monotonic_ns());
-  refresh();
-  if (api) api->stop();
-  if (http) http->stop();
-  sink->close(std::chrono::milliseconds(5000));
-  if (device_fd >= 0) close(device_fd);
-
-  if (print_stats) {
-    std::lock_guard<std::mutex> lock(status_mu);
-    log("stats " + status["counters"].dump());
-  }
+  install_signal_handlers();
+  Agent agent(std::move(*config), flags, std::move(run));
+  if (const int rc = agent.start()) return rc;
+  agent.run();
+  agent.stop();
   return 0;
 }

@@ -94,23 +94,42 @@ enum itap_verdict {
 	ITAP_VERDICT_MUTED = 2,  /* not HTTP, or userspace asked to stop: drop in kernel */
 };
 
+/*
+ * The kernel side's counters, each listed once: X(NAME, name, help) makes the
+ * index ITAP_DROP_<NAME> / ITAP_STAT_<NAME> here (in list order, from 0) and,
+ * in userspace, the field, the `infertap status` key and the Prometheus series
+ * of the counter (userspace/capture/loader.h CaptureStats; docs/prometheus.md).
+ * A new counter is one line here; *_MAX is the map size and must stay above
+ * the list's length.
+ */
+
 /* Why the kernel side could not deliver an event; indexes map itap_drops. */
+#define ITAP_DROP_LIST(X) \
+	X(RINGBUF_FULL, ringbuf_full, "the ring buffer had no room for the event") \
+	X(ARGS_MAP_FULL, args_map_full, "the map of syscalls in progress (itap_args) was full") \
+	X(CONN_MAP_FULL, conn_map_full, "the map of socket verdicts (itap_conns) refused a new socket") \
+	X(NO_SCRATCH, no_scratch, "the per-CPU scratch record was missing")
+
 enum itap_drop_reason {
-	ITAP_DROP_RINGBUF_FULL = 0,
-	ITAP_DROP_ARGS_MAP_FULL = 1,
-	ITAP_DROP_CONN_MAP_FULL = 2,
-	ITAP_DROP_NO_SCRATCH = 3,
+#define ITAP_DROP_ENUM(NAME, name, help) ITAP_DROP_##NAME,
+	ITAP_DROP_LIST(ITAP_DROP_ENUM)
+#undef ITAP_DROP_ENUM
 	ITAP_DROP_MAX = 8,
 };
 
 /* Counters the kernel side keeps (per-CPU array itap_stats). */
+#define ITAP_STAT_LIST(X) \
+	X(SYSCALLS_SEEN, syscalls_seen, "eligible send/recv calls entered") \
+	X(NOT_TCP, not_tcp, "calls whose socket was not TCP") \
+	X(MUTED, muted, "calls on a muted socket, stopped after one map lookup") \
+	X(EVENTS, events, "events the BPF programs submitted to the ring buffer") \
+	X(NEW_MUTED, sockets_muted, "sockets the classifier muted on their first data") \
+	X(NEW_FOLLOWED, sockets_followed, "sockets the classifier followed on their first data")
+
 enum itap_stat {
-	ITAP_STAT_SYSCALLS_SEEN = 0, /* eligible send/recv syscalls entered */
-	ITAP_STAT_NOT_TCP = 1,       /* fd was not a TCP socket */
-	ITAP_STAT_MUTED = 2,         /* socket verdict muted */
-	ITAP_STAT_EVENTS = 3,        /* events written to the ring buffer */
-	ITAP_STAT_NEW_MUTED = 4,     /* sockets muted by the classifier */
-	ITAP_STAT_NEW_FOLLOWED = 5,  /* sockets followed by the classifier */
+#define ITAP_STAT_ENUM(NAME, name, help) ITAP_STAT_##NAME,
+	ITAP_STAT_LIST(ITAP_STAT_ENUM)
+#undef ITAP_STAT_ENUM
 	ITAP_STAT_MAX = 8,
 };
 

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/clock.h"
 #include "core/metrics.h"
 #include "daemon/api.h"
 
@@ -157,7 +158,7 @@ TEST_F(ApiTest, StreamsShowStatsTop) {
   l.id = "4-0";
   l.pid = 4242;
   l.comm = "sample-server";
-  l.started_ns = monotonic_now_ns();
+  l.started_ns = base::monotonic_ns();
   store_.set_live({l});
   r = client.request({{"cmd", "streams"}, {"live", true}, {"limit", 50}});
   ASSERT_EQ(r["ok"], true);

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/format.h"
 #include "core/metrics.h"
 #include "daemon/api.h"
 #include "daemon/config.h"
@@ -740,7 +741,7 @@ TEST(DegradeMonitor, AlertsReachTheSinkAndTheApi) {
   EXPECT_EQ(response["active"][0]["cohort"]["model"], "llama-8b");
   EXPECT_EQ(response["recent"].size(), 1u);
   EXPECT_EQ(response["cohorts"][0]["state"], "degraded");
-  const std::string table = format_alerts(response);
+  const std::string table = cli::format_alerts(response);
   EXPECT_NE(table.find("active alerts (1)"), std::string::npos) << table;
   EXPECT_NE(table.find("tokens_per_s 2"), std::string::npos) << table;
   EXPECT_NE(table.find("serving"), std::string::npos) << table;

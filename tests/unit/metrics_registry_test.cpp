@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/labels.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
 
@@ -318,8 +319,8 @@ TEST(MetricsRegistry, Labels) {
   const std::map<std::string, std::string> unknown = {
       {"vantage", "unknown"}, {"model", "unknown"}, {"route", "unknown"}, {"process", "unknown"}};
   EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count", unknown), 1);
-  EXPECT_EQ(route_of("/a/b?c=d"), "/a/b");
-  EXPECT_EQ(route_of("/a/b"), "/a/b");
+  EXPECT_EQ(core::route_of("/a/b?c=d"), "/a/b");
+  EXPECT_EQ(core::route_of("/a/b"), "/a/b");
 }
 
 TEST(MetricsRegistry, CardinalityCapFoldsToOther) {
@@ -382,7 +383,7 @@ TEST(MetricsRegistry, SelfMetrics) {
   core::PipelineCounters pc;
   pc.http_parse_errors = 5;
   pc.decode_errors = 6;
-  reg.set_self(cs, pc, SelfExtra{.tracked_connections = 7, .sink_dropped_lines = 8});
+  reg.set_self(cs, pc, SinkCounters{.dropped_lines = 8}, SelfExtra{.tracked_connections = 7});
   StreamRecord r = make_record({});
   r.parse_errors = 9;
   reg.observe(r);

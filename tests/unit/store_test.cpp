@@ -1,5 +1,5 @@
 // RecordStore (bounds, eviction, timeline budget, aggregates, subscribers) and
-// the CLI's text formatters (userspace/daemon/cli_format.h).
+// the CLI's text formatters (userspace/cli/format.h).
 #include <gtest/gtest.h>
 
 #include <sys/socket.h>
@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/format.h"
 #include "core/metrics.h"
-#include "daemon/cli_format.h"
 #include "daemon/store.h"
 #include "output/ndjson.h"
 
@@ -229,20 +229,7 @@ TEST(RecordStore, StatsAggregatePerStreamValuesPerGroup) {
 }
 
 TEST(RecordStore, GroupKeys) {
-  EXPECT_EQ(container_key(""), "(host)");
-  EXPECT_EQ(container_key("/"), "(host)");
-  EXPECT_EQ(container_key("/system.slice/docker-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope"),
-            "docker:0123456789ab");
-  EXPECT_EQ(container_key("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/"
-                         "cri-containerd-fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210.scope"),
-            "cri-containerd:fedcba987654");
-  EXPECT_EQ(container_key("/docker/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"), "docker:0123456789ab");
-  EXPECT_EQ(container_key("/system.slice/vllm.service"), "vllm.service");
-  EXPECT_EQ(container_key("/user.slice/user-1000.slice/session-2.scope"), "session-2");
-  EXPECT_EQ(route_key("/v1/chat/completions?stream=1"), "/v1/chat/completions");
-  EXPECT_EQ(route_key(""), "(none)");
-  EXPECT_EQ(process_key("python3", 12), "python3[12]");
-  EXPECT_EQ(model_key(""), "(unknown)");
+  // The keys themselves: core/labels_test.cpp.
   EXPECT_EQ(parse_group_by("container"), GroupBy::container);
   EXPECT_FALSE(parse_group_by("host").has_value());
 }

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <vector>
 
-#include "daemon/store.h"
+#include "core/labels.h"
 #include "daemon/workload.h"
 
 namespace infertap::daemon {
@@ -144,14 +144,14 @@ TEST_F(FakeNode, ResolverFillsIdentityAndRetriesMissingNames) {
   EXPECT_EQ(id.k8s_namespace, "ns1");
   EXPECT_EQ(id.k8s_pod, "late-pod");
   EXPECT_EQ(id.k8s_container, "app");
-  EXPECT_EQ(container_key(id), "ns1/late-pod/app");
+  EXPECT_EQ(core::container_key(id), "ns1/late-pod/app");
 
   core::ConnIdentity host;
   host.cgroup_path = "/system.slice/vllm.service";
   resolver.fill(host, 1);
   EXPECT_EQ(host.container_id, "");
   EXPECT_EQ(host.pod_uid, "");
-  EXPECT_EQ(container_key(host), "vllm.service");
+  EXPECT_EQ(core::container_key(host), "vllm.service");
 }
 
 TEST(CommMatches, Globs) {

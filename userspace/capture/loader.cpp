@@ -552,17 +552,13 @@ void Capture::forget(std::uint64_t sock_id) {
 CaptureStats Capture::stats() const {
   CaptureStats s;
   auto* m = impl_->skel->maps.itap_stats;
-  s.syscalls_seen = impl_->sum_percpu(m, ITAP_STAT_SYSCALLS_SEEN);
-  s.not_tcp = impl_->sum_percpu(m, ITAP_STAT_NOT_TCP);
-  s.muted = impl_->sum_percpu(m, ITAP_STAT_MUTED);
-  s.events = impl_->sum_percpu(m, ITAP_STAT_EVENTS);
-  s.sockets_followed = impl_->sum_percpu(m, ITAP_STAT_NEW_FOLLOWED);
-  s.sockets_muted = impl_->sum_percpu(m, ITAP_STAT_NEW_MUTED);
+#define CAPTURE_READ_STAT(NAME, name, help) s.name = impl_->sum_percpu(m, ITAP_STAT_##NAME);
+  ITAP_STAT_LIST(CAPTURE_READ_STAT)
+#undef CAPTURE_READ_STAT
   auto* d = impl_->skel->maps.itap_drops;
-  s.drops_ringbuf_full = impl_->sum_percpu(d, ITAP_DROP_RINGBUF_FULL);
-  s.drops_args_map_full = impl_->sum_percpu(d, ITAP_DROP_ARGS_MAP_FULL);
-  s.drops_conn_map_full = impl_->sum_percpu(d, ITAP_DROP_CONN_MAP_FULL);
-  s.drops_no_scratch = impl_->sum_percpu(d, ITAP_DROP_NO_SCRATCH);
+#define CAPTURE_READ_DROP(NAME, name, help) s.drops_##name = impl_->sum_percpu(d, ITAP_DROP_##NAME);
+  ITAP_DROP_LIST(CAPTURE_READ_DROP)
+#undef CAPTURE_READ_DROP
   s.records_consumed = impl_->consumed;
   return s;
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/counter.h"
 #include "capture/abi_check.h"
 
 namespace infertap::capture {
@@ -44,19 +45,39 @@ struct CaptureConfig {
   bool path_signals = true;
 };
 
-// Counters from both sides, cumulative since load.
+// Counters from both sides, cumulative since load: one field per entry of the
+// kernel's lists (include/infertap/abi.h: ITAP_STAT_LIST as <name>,
+// ITAP_DROP_LIST as drops_<name>), and the records userspace read.
 struct CaptureStats {
-  std::uint64_t syscalls_seen = 0;
-  std::uint64_t not_tcp = 0;
-  std::uint64_t muted = 0;
-  std::uint64_t events = 0;
-  std::uint64_t sockets_followed = 0;
-  std::uint64_t sockets_muted = 0;
-  std::uint64_t drops_ringbuf_full = 0;
-  std::uint64_t drops_args_map_full = 0;
-  std::uint64_t drops_conn_map_full = 0;
-  std::uint64_t drops_no_scratch = 0;
-  std::uint64_t records_consumed = 0;  // by userspace
+#define CAPTURE_STAT_FIELD(NAME, name, help) std::uint64_t name = 0;
+#define CAPTURE_DROP_FIELD(NAME, name, help) std::uint64_t drops_##name = 0;
+  ITAP_STAT_LIST(CAPTURE_STAT_FIELD)
+  ITAP_DROP_LIST(CAPTURE_DROP_FIELD)
+#undef CAPTURE_STAT_FIELD
+#undef CAPTURE_DROP_FIELD
+  std::uint64_t records_consumed = 0;  // ring buffer records userspace read
+
+  // f(base::Counter) for each kernel counter, then records_consumed.
+  template <class F>
+  void for_each_stat(F&& f) const {
+#define CAPTURE_STAT_VISIT(NAME, name, help) f(base::Counter{#name, help, base::CounterKind::total, name});
+    ITAP_STAT_LIST(CAPTURE_STAT_VISIT)
+#undef CAPTURE_STAT_VISIT
+    f(base::Counter{"records_consumed", "ring buffer records userspace read", base::CounterKind::total,
+                    records_consumed});
+  }
+  // f(base::Counter) for each drop reason (name = the reason, value = drops_<name>).
+  template <class F>
+  void for_each_drop(F&& f) const {
+#define CAPTURE_DROP_VISIT(NAME, name, help) f(base::Counter{#name, help, base::CounterKind::total, drops_##name});
+    ITAP_DROP_LIST(CAPTURE_DROP_VISIT)
+#undef CAPTURE_DROP_VISIT
+  }
+
+#define CAPTURE_COUNT(NAME, name, help) +1
+  static_assert(0 ITAP_STAT_LIST(CAPTURE_COUNT) <= ITAP_STAT_MAX, "itap_stats has no room for ITAP_STAT_LIST");
+  static_assert(0 ITAP_DROP_LIST(CAPTURE_COUNT) <= ITAP_DROP_MAX, "itap_drops has no room for ITAP_DROP_LIST");
+#undef CAPTURE_COUNT
 };
 
 // One decision taken while loading (which attach method, why), for the log.

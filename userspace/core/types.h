@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "core/counters.h"
 #include "protocol/exchange.h"
 #include "protocol/payload/interpreter.h"
 
@@ -254,30 +255,6 @@ struct PipelineConfig {
   // traced peer of its connection, a gateway's other leg, late ACKs).
   std::uint64_t path_settle_ns = 1'000'000'000;
   std::size_t max_held_records = 4096;
-};
-
-struct PipelineCounters {
-  std::uint64_t records = 0;
-  std::uint64_t decode_errors = 0;
-  std::uint64_t data_events = 0;
-  std::uint64_t state_events = 0;
-  std::uint64_t connections_opened = 0;
-  std::uint64_t connections_closed = 0;
-  std::uint64_t connections_evicted = 0;
-  std::uint64_t connections_muted = 0;
-  std::uint64_t http_parse_errors = 0;
-  std::uint64_t streams_started = 0;
-  std::uint64_t streams_completed = 0;
-  std::uint64_t streams_partial = 0;
-  std::uint64_t non_stream_responses = 0;
-  std::uint64_t sse_events = 0;
-  std::uint64_t bytes_lost = 0;          // sequence gaps (events dropped before userspace)
-  std::uint64_t bytes_not_captured = 0;  // holes between captured head and tail
-  std::uint64_t path_signals = 0;        // ACK/arrival/retransmit/memory-limit events
-  std::uint64_t records_joined = 0;      // records linked to a traced peer or gateway leg
-  std::uint64_t records_held = 0;        // waiting for their peers right now
-  std::uint64_t connections_refused = 0;  // not targeted (process name, ...): muted on their first event
-  std::uint64_t body_decode_errors = 0;   // compressed bodies that could not be decoded to their end
 };
 
 }  // namespace infertap::core

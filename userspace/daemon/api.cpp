@@ -12,6 +12,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/clock.h"
+#include "output/format.h"
+
 namespace infertap::daemon {
 namespace {
 
@@ -58,7 +61,7 @@ bool send_line(int fd, std::string line) {
   return send_all(fd, line);
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+using output::dump;
 
 std::string error_response(const std::string& message) { return dump(json{{"ok", false}, {"error", message}}); }
 
@@ -160,7 +163,7 @@ void ApiServer::start() {
   }
   listen_fd_ = fd;
   stopping_ = false;
-  started_ns_ = monotonic_now_ns();
+  started_ns_ = base::monotonic_ns();
   accept_thread_ = std::thread([this] { accept_loop(); });
 }
 
@@ -299,7 +302,7 @@ std::string ApiServer::handle(std::string_view request_line) const {
       json extra = options_.status();
       if (extra.is_object()) out.update(extra);
     }
-    if (!out.contains("uptime_s")) out["uptime_s"] = static_cast<double>(monotonic_now_ns() - started_ns_) / 1e9;
+    if (!out.contains("uptime_s")) out["uptime_s"] = static_cast<double>(base::monotonic_ns() - started_ns_) / 1e9;
     out["api_version"] = kApiVersion;
     out["schema_version"] = output::kSchemaVersion;
     out["socket"] = options_.socket_path;
@@ -313,7 +316,7 @@ std::string ApiServer::handle(std::string_view request_line) const {
     if (!live.is_boolean()) return error_response("\"live\" must be a boolean");
     if (!limit.is_number_integer() || limit.get<std::int64_t>() < 0) return error_response("\"limit\" must be an integer >= 0");
     if (live.get<bool>()) {
-      const core::TimestampNs now = monotonic_now_ns();
+      const core::TimestampNs now = base::monotonic_ns();
       json live_streams = store_.live_json(now);
       const auto n = static_cast<std::size_t>(limit.get<std::int64_t>());
       if (live_streams.size() > n) live_streams.erase(live_streams.begin() + static_cast<std::ptrdiff_t>(n), live_streams.end());
@@ -345,7 +348,7 @@ std::string ApiServer::handle(std::string_view request_line) const {
     if (!window.is_number() || window.get<double>() <= 0 || window.get<double>() > 86400) {
       return error_response("\"window_s\" must be a number in (0, 86400]");
     }
-    json out = store_.top(monotonic_now_ns(), static_cast<std::uint64_t>(window.get<double>() * 1e9));
+    json out = store_.top(base::monotonic_ns(), static_cast<std::uint64_t>(window.get<double>() * 1e9));
     out["ok"] = true;
     return dump(out);
   }

@@ -5,507 +5,416 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <charconv>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <functional>
-#include <set>
+#include <iterator>
 #include <sstream>
 #include <string_view>
+#include <type_traits>
 
-#include <yaml-cpp/yaml.h>
-
+#include "base/host_port.h"
+#include "base/yaml_reader.h"
+#include "daemon/http_server.h"
 #include "infertap/abi.h"
 
 namespace infertap::daemon {
 namespace {
 
-// Collects every problem of a document, in document order.
-class Parser {
- public:
-  using Handler = std::function<void(const YAML::Node& value, const std::string& key)>;
-  struct Field {
-    const char* name;
-    Handler handle;
-  };
+using Node = YAML::Node;
+using base::YamlReader;
+using Read = Option::Read;
 
-  std::vector<std::string> errors;
+// ---- attach method names ---------------------------------------------------
+// The one map of attach method names (--attach, capture.attach). The loader
+// is gaining capture::parse_attach_method / capture::to_string with the same
+// shape: these two go when it lands.
 
-  static std::string at(const YAML::Node& node) {
-    const YAML::Mark mark = node.Mark();
-    if (mark.line < 0) return "";
-    return " (line " + std::to_string(mark.line + 1) + ")";
+constexpr capture::AttachMethod kAttachMethods[] = {capture::AttachMethod::automatic,
+                                                    capture::AttachMethod::socket_tracepoints,
+                                                    capture::AttachMethod::tracepoints,
+                                                    capture::AttachMethod::raw_tracepoints};
+
+std::string_view to_string(capture::AttachMethod m) {
+  switch (m) {
+    case capture::AttachMethod::automatic: return "auto";
+    case capture::AttachMethod::socket_tracepoints: return "sock";
+    case capture::AttachMethod::tracepoints: return "tracepoint";
+    case capture::AttachMethod::raw_tracepoints: return "raw_tp";
   }
-
-  void fail(const YAML::Node& node, const std::string& key, const std::string& what) {
-    errors.push_back(key + ": " + what + at(node));
-  }
-
-  // A mapping whose keys must all be among `fields`; null = empty.
-  void map(const YAML::Node& node, const std::string& prefix, const std::vector<Field>& fields) {
-    if (node.IsNull()) return;
-    if (!node.IsMap()) {
-      if (prefix.empty()) {
-        errors.push_back("the configuration must be a mapping of sections (key: value)" + at(node));
-      } else {
-        fail(node, prefix, "must be a mapping (key: value)");
-      }
-      return;
-    }
-    std::set<std::string> seen;
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node k = it->first;  // by value: the iterator yields a temporary pair
-      const YAML::Node v = it->second;
-      const std::string where = prefix.empty() ? "" : prefix + ".";
-      if (!k.IsScalar()) {
-        errors.push_back("a key " + (prefix.empty() ? std::string("at the top level") : "in " + prefix) +
-                         " is not a plain name" + at(k));
-        continue;
-      }
-      const std::string name = k.Scalar();
-      const std::string key = where + name;
-      if (!seen.insert(name).second) {
-        errors.push_back("duplicate key '" + key + "'" + at(k));
-        continue;
-      }
-      const Field* field = nullptr;
-      for (const Field& f : fields) {
-        if (name == f.name) field = &f;
-      }
-      if (!field) {
-        std::string known;
-        for (const Field& f : fields) known += (known.empty() ? "" : ", ") + std::string(f.name);
-        errors.push_back("unknown key '" + key + "'" + at(k) + "; known keys" +
-                         (prefix.empty() ? "" : " in " + prefix) + ": " + known);
-        continue;
-      }
-      field->handle(v, key);
-    }
-  }
-
-  // Scalar text, or nullopt (with an error) for a mapping / sequence. Null
-  // values are reported as absent by the callers (the default stays).
-  std::optional<std::string> scalar(const YAML::Node& node, const std::string& key, const std::string& expected) {
-    if (!node.IsScalar()) {
-      fail(node, key, "must be " + expected + ", got a " + (node.IsMap() ? "mapping" : "list"));
-      return std::nullopt;
-    }
-    return node.Scalar();
-  }
-
-  // Integer in [lo, hi]; suffixes KiB/MiB/GiB allowed when `sizes`.
-  std::optional<std::uint64_t> integer(const YAML::Node& node, const std::string& key, std::uint64_t lo,
-                                       std::uint64_t hi, bool sizes = false) {
-    const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
-    const std::string expected = sizes ? "a size in bytes " + range + " (suffix B, KiB, MiB or GiB allowed)"
-                                       : "an integer " + range;
-    const auto text = scalar(node, key, expected);
-    if (!text) return std::nullopt;
-    std::string_view s = *text;
-    bool negative = false;
-    if (!s.empty() && s.front() == '-') {
-      negative = true;
-      s.remove_prefix(1);
-    } else if (!s.empty() && s.front() == '+') {
-      s.remove_prefix(1);
-    }
-    std::uint64_t value = 0;
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-    std::string_view rest(end, static_cast<std::size_t>(s.data() + s.size() - end));
-    bool ok = ec == std::errc{} && end != s.data();
-    if (ok && !rest.empty()) {
-      while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
-      std::uint64_t mult = 0;
-      if (sizes) {
-        if (rest == "B") mult = 1;
-        if (rest == "KiB") mult = 1ull << 10;
-        if (rest == "MiB") mult = 1ull << 20;
-        if (rest == "GiB") mult = 1ull << 30;
-      }
-      if (mult == 0 || value > UINT64_MAX / mult) {
-        ok = false;
-      } else {
-        value *= mult;
-      }
-    }
-    if (!ok) {
-      if (ec == std::errc::result_out_of_range) {
-        fail(node, key, "must be " + range + ", got " + *text);
-      } else {
-        fail(node, key, "must be " + expected + ", got '" + *text + "'");
-      }
-      return std::nullopt;
-    }
-    if ((negative && value != 0) || value < lo || value > hi) {
-      fail(node, key, "must be " + range + ", got " + *text);
-      return std::nullopt;
-    }
-    return value;
-  }
-
-  std::optional<double> number(const YAML::Node& node, const std::string& key, double lo, double hi) {
-    std::ostringstream range_text;
-    range_text << lo << ".." << hi;
-    const std::string range = range_text.str();
-    const auto text = scalar(node, key, "a number " + range);
-    if (!text) return std::nullopt;
-    const std::string& s = *text;
-    bool plain = !s.empty();
-    for (char c : s) {
-      if (!std::strchr("0123456789+-.eE", c)) plain = false;
-    }
-    char* end = nullptr;
-    errno = 0;
-    const double value = plain ? std::strtod(s.c_str(), &end) : 0;
-    if (!plain || end != s.c_str() + s.size() || errno != 0 || !std::isfinite(value)) {
-      fail(node, key, "must be a number " + range + ", got '" + s + "'");
-      return std::nullopt;
-    }
-    if (value < lo || value > hi) {
-      fail(node, key, "must be " + range + ", got " + s);
-      return std::nullopt;
-    }
-    return value;
-  }
-
-  std::optional<bool> boolean(const YAML::Node& node, const std::string& key) {
-    const auto text = scalar(node, key, "true or false");
-    if (!text) return std::nullopt;
-    bool value = false;
-    if (!YAML::convert<bool>::decode(node, value)) {
-      fail(node, key, "must be true or false, got '" + *text + "'");
-      return std::nullopt;
-    }
-    return value;
-  }
-
-  std::optional<std::string> string(const YAML::Node& node, const std::string& key) {
-    return scalar(node, key, "a string");
-  }
-
-  // A list of items; each item is handed to `item` with key "key[i]".
-  void list(const YAML::Node& node, const std::string& key,
-            const std::function<void(const YAML::Node&, const std::string&)>& item) {
-    if (!node.IsSequence()) {
-      fail(node, key, std::string("must be a list (e.g. [a, b]), got a ") + (node.IsMap() ? "mapping" : "scalar"));
-      return;
-    }
-    for (std::size_t i = 0; i < node.size(); ++i) {
-      item(node[i], key + "[" + std::to_string(i) + "]");
-    }
-  }
-};
-
-// Null values keep the default: `file:` with nothing after it is the same as
-// leaving the key out.
-template <typename T, typename Get>
-void set(const YAML::Node& node, T* out, Get&& get) {
-  if (node.IsNull()) return;
-  if (auto v = get()) *out = static_cast<T>(*v);
+  return "auto";
 }
 
-bool valid_listen(const std::string& s) {
-  std::string_view port;
-  if (!s.empty() && s.front() == '[') {
-    const auto close = s.find("]:");
-    if (close == std::string::npos || close == 1) return false;
-    port = std::string_view(s).substr(close + 2);
-  } else {
-    const auto colon = s.rfind(':');
-    if (colon == std::string::npos || colon == 0) return false;
-    if (s.find(':') != colon) return false;  // bare IPv6 needs brackets
-    port = std::string_view(s).substr(colon + 1);
+std::optional<capture::AttachMethod> parse_attach_method(std::string_view name) {
+  for (capture::AttachMethod m : kAttachMethods) {
+    if (to_string(m) == name) return m;
   }
-  unsigned value = 0;
-  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-  return ec == std::errc{} && end == port.data() + port.size() && !port.empty() && value >= 1 && value <= 65535;
+  return std::nullopt;
+}
+
+// "auto, sock, tracepoint or raw_tp" (separator ", ", last " or ")
+std::string attach_method_names(std::string_view separator, std::string_view last) {
+  std::string out;
+  for (std::size_t i = 0; i < std::size(kAttachMethods); ++i) {
+    if (i) out += i + 1 == std::size(kAttachMethods) ? last : separator;
+    out += to_string(kAttachMethods[i]);
+  }
+  return out;
+}
+
+// ---- how values are read: the parsers of the option table --------------------
+// Each returns the option's reader and how its value looks in --help. `field`
+// is the DaemonConfig member the option sets (FIELD below).
+
+#define FIELD(member) [](DaemonConfig& c) -> auto& { return c.member; }
+
+struct Value {
+  Read read;
+  std::string form;  // "16..4096", "PATH", ...
+};
+
+template <class Field>
+using FieldType = std::remove_reference_t<decltype(std::declval<Field>()(std::declval<DaemonConfig&>()))>;
+
+template <class Field>
+Value integer(Field field, std::uint64_t lo, std::uint64_t hi) {
+  return {[=](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+            if (auto v = r.integer(n, k, lo, hi)) field(c) = static_cast<FieldType<Field>>(*v);
+          },
+          std::to_string(lo) + ".." + std::to_string(hi)};
+}
+
+// A size in bytes: an integer with a unit suffix allowed (512KiB).
+template <class Field>
+Value size(Field field, std::uint64_t lo, std::uint64_t hi) {
+  return {[=](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+            if (auto v = r.integer(n, k, lo, hi, true)) field(c) = static_cast<FieldType<Field>>(*v);
+          },
+          "SIZE"};
+}
+
+// A number in [lo, hi], stored times `scale` (ms -> ns: 1e6).
+template <class Field>
+Value number(Field field, double lo, double hi, double scale = 1, std::string form = "NUMBER") {
+  return {[=](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+            if (auto v = r.number(n, k, lo, hi)) field(c) = static_cast<FieldType<Field>>(*v * scale);
+          },
+          std::move(form)};
+}
+
+template <class Field>
+Value boolean(Field field) {
+  return {[=](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+            if (auto v = r.boolean(n, k)) field(c) = *v;
+          },
+          "true|false"};
+}
+
+// A string that `problem` accepts: it returns what is wrong, or "".
+using Check = std::function<std::string(const std::string&)>;
+
+template <class Field>
+Value text(Field field, std::string form, Check problem) {
+  return {[=](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+            const auto v = r.string(n, k);
+            if (!v) return;
+            if (const std::string why = problem(*v); !why.empty()) {
+              r.fail(n, k, why);
+              return;
+            }
+            field(c) = *v;
+          },
+          std::move(form)};
+}
+
+// A list of integers in [lo, hi]; it replaces the default (and, from a flag, the file's).
+template <class Field>
+Value integers(Field field, std::uint64_t lo, std::uint64_t hi, std::string form) {
+  return {[=](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+            auto& out = field(c);
+            out.clear();
+            r.list(n, k, [&](const Node& item, const std::string& item_key) {
+              if (auto v = r.integer(item, item_key, lo, hi)) {
+                out.push_back(static_cast<typename FieldType<Field>::value_type>(*v));
+              }
+            });
+          },
+          std::move(form)};
+}
+
+// A list of strings that `problem` accepts; an empty item is `if_missing`.
+template <class Field>
+Value strings(Field field, std::string form, std::string if_missing, Check problem) {
+  return {[=](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+            auto& out = field(c);
+            out.clear();
+            r.list(n, k, [&](const Node& item, const std::string& item_key) {
+              if (item.IsNull()) return r.fail(item, item_key, if_missing);
+              const auto v = r.string(item, item_key);
+              if (!v) return;
+              if (const std::string why = problem(*v); !why.empty()) return r.fail(item, item_key, why);
+              out.push_back(*v);
+            });
+          },
+          std::move(form)};
 }
 
 bool has_control_chars(const std::string& s) {
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) return true;
-  }
-  return false;
+  return std::any_of(s.begin(), s.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; });
 }
 
-void parse_document(Parser& p, const YAML::Node& root, DaemonConfig& c) {
-  using Field = Parser::Field;
-  using Node = YAML::Node;
+// A listen address of the file names its host and a port other than 0.
+bool valid_listen(const std::string& s) {
+  const auto address = base::split_host_port(s);
+  return address && !address->host.empty() && address->port != 0;
+}
 
-  const std::vector<Field> capture = {
-      {"attach",
-       [&](const Node& n, const std::string& k) {
-         if (n.IsNull()) return;
-         const auto v = p.scalar(n, k, "auto, sock, tracepoint or raw_tp");
-         if (!v) return;
-         std::string s = *v;
-         for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-         if (s == "auto") {
-           c.capture.attach = capture::AttachMethod::automatic;
-         } else if (s == "sock") {
-           c.capture.attach = capture::AttachMethod::socket_tracepoints;
-         } else if (s == "tracepoint") {
-           c.capture.attach = capture::AttachMethod::tracepoints;
-         } else if (s == "raw_tp") {
-           c.capture.attach = capture::AttachMethod::raw_tracepoints;
-         } else {
-           p.fail(n, k, "must be auto, sock, tracepoint or raw_tp, got '" + *v + "'");
-         }
-       }},
-      {"head_bytes",
-       [&](const Node& n, const std::string& k) {
-         set(n, &c.capture.head_bytes, [&] { return p.integer(n, k, 16, ITAP_HEAD_MAX); });
-       }},
-      {"tail_bytes",
-       [&](const Node& n, const std::string& k) {
-         set(n, &c.capture.tail_bytes, [&] { return p.integer(n, k, 0, ITAP_TAIL_MAX); });
-       }},
-      {"delivery_signals",
-       [&](const Node& n, const std::string& k) { set(n, &c.capture.path_signals, [&] { return p.boolean(n, k); }); }},
-      {"ringbuf_mb",
-       [&](const Node& n, const std::string& k) {
-         if (n.IsNull()) return;
-         const auto v = p.integer(n, k, 1, 1024);
-         if (!v) return;
-         if ((*v & (*v - 1)) != 0) {
-           p.fail(n, k, "must be a power of two (1, 2, 4 .. 1024), got " + std::to_string(*v));
-           return;
-         }
-         c.capture.ringbuf_bytes = static_cast<std::uint32_t>(*v << 20);
-       }},
-      {"wakeup_bytes",
-       [&](const Node& n, const std::string& k) {
-         set(n, &c.capture.wakeup_bytes, [&] { return p.integer(n, k, 0, 256ull << 20, true); });
-       }},
-      {"ignore_self",
-       [&](const Node& n, const std::string& k) {
-         set(n, &c.capture.ignore_self, [&] { return p.boolean(n, k); });
-       }},
-  };
+// ---- the checks behind the error messages -----------------------------------
 
-  const std::vector<Field> targeting = {
-      {"pids",
-       [&](const Node& n, const std::string& k) {
-         if (n.IsNull()) return;
-         p.list(n, k, [&](const Node& item, const std::string& ik) {
-           if (auto v = p.integer(item, ik, 1, UINT32_MAX)) c.targeting.pids.push_back(static_cast<std::uint32_t>(*v));
-         });
-       }},
-      {"ports",
-       [&](const Node& n, const std::string& k) {
-         if (n.IsNull()) return;
-         p.list(n, k, [&](const Node& item, const std::string& ik) {
-           if (auto v = p.integer(item, ik, 1, 65535)) c.targeting.ports.push_back(static_cast<std::uint16_t>(*v));
-         });
-       }},
-      {"cgroups",
-       [&](const Node& n, const std::string& k) {
-         if (n.IsNull()) return;
-         p.list(n, k, [&](const Node& item, const std::string& ik) {
-           const auto v = item.IsNull() ? std::nullopt : p.string(item, ik);
-           if (!v) {
-             if (item.IsNull()) p.fail(item, ik, "must be a cgroup v2 path, got nothing");
-             return;
-           }
-           if (v->empty() || v->front() != '/') {
-             p.fail(item, ik, "must be an absolute cgroup v2 path (\"/kubepods.slice/...\"), got '" + *v + "'");
-             return;
-           }
-           c.targeting.cgroups.push_back(*v);
-         });
-       }},
-      {"process_name_patterns",
-       [&](const Node& n, const std::string& k) {
-         if (n.IsNull()) return;
-         p.list(n, k, [&](const Node& item, const std::string& ik) {
-           const auto v = item.IsNull() ? std::nullopt : p.string(item, ik);
-           if (!v || v->empty()) {
-             if (!v && !item.IsNull()) return;
-             p.fail(item, ik, "must be a non-empty glob (e.g. \"vllm*\")");
-             return;
-           }
-           c.targeting.process_name_patterns.push_back(*v);
-         });
-       }},
-  };
+std::string absolute_cgroup(const std::string& v) {
+  if (!v.empty() && v.front() == '/') return "";
+  return "must be an absolute cgroup v2 path (\"/kubepods.slice/...\"), got '" + v + "'";
+}
 
-  const std::vector<Field> stall = {
-      {"floor_ms",
-       [&](const Node& n, const std::string& k) {
-         if (n.IsNull()) return;
-         if (auto v = p.number(n, k, 0, 3'600'000)) c.pipeline.stall_floor_ns = static_cast<std::uint64_t>(*v * 1e6);
-       }},
-      {"ratio",
-       [&](const Node& n, const std::string& k) { set(n, &c.pipeline.stall_ratio, [&] { return p.number(n, k, 0, 1000); }); }},
-  };
+std::string glob_problem(const std::string& v) { return v.empty() ? "must be a non-empty glob (e.g. \"vllm*\")" : ""; }
 
-  const std::vector<Field> pipeline = {
-      {"stream_idle_timeout_s",
-       [&](const Node& n, const std::string& k) {
-         if (n.IsNull()) return;
-         if (auto v = p.number(n, k, 0.001, 86'400)) c.pipeline.stream_idle_timeout_ns = static_cast<std::uint64_t>(*v * 1e9);
-       }},
-      {"conn_idle_timeout_s",
-       [&](const Node& n, const std::string& k) {
-         if (n.IsNull()) return;
-         if (auto v = p.number(n, k, 0.001, 604'800)) c.pipeline.conn_idle_timeout_ns = static_cast<std::uint64_t>(*v * 1e9);
-       }},
-      {"max_timeline_events",
-       [&](const Node& n, const std::string& k) {
-         set(n, &c.pipeline.max_timeline_events, [&] { return p.integer(n, k, 1, 10'000'000); });
-       }},
-      {"request_body_head_bytes",
-       [&](const Node& n, const std::string& k) {
-         set(n, &c.pipeline.request_body_head, [&] { return p.integer(n, k, 0, 1ull << 20, true); });
-       }},
-  };
+std::string file_problem(const std::string& v) {
+  if (!v.empty() && v.back() == '/') return "must name a file, not a directory, got '" + v + "'";
+  if (has_control_chars(v)) return "must not contain control characters";
+  return "";
+}
 
-  const std::vector<Field> limits = {
-      {"max_connections",
-       [&](const Node& n, const std::string& k) {
-         set(n, &c.pipeline.max_connections, [&] { return p.integer(n, k, 1, 16'777'216); });
-       }},
-      {"max_streams_in_memory",
-       [&](const Node& n, const std::string& k) {
-         set(n, &c.limits.max_streams_in_memory, [&] { return p.integer(n, k, 0, 1'000'000); });
-       }},
-      {"sink_queue_lines",
-       [&](const Node& n, const std::string& k) {
-         set(n, &c.limits.sink_queue_lines, [&] { return p.integer(n, k, 1, 16'777'216); });
-       }},
-      {"sink_queue_bytes",
-       [&](const Node& n, const std::string& k) {
-         set(n, &c.limits.sink_queue_bytes, [&] { return p.integer(n, k, 64ull << 10, 16ull << 30, true); });
-       }},
-  };
-
-  const std::vector<Field> output = {
-      {"stdout",
-       [&](const Node& n, const std::string& k) { set(n, &c.output.to_stdout, [&] { return p.boolean(n, k); }); }},
-      {"file",
-       [&](const Node& n, const std::string& k) {
-         if (n.IsNull()) return;
-         const auto v = p.string(n, k);
-         if (!v) return;
-         if (!v->empty() && v->back() == '/') {
-           p.fail(n, k, "must name a file, not a directory, got '" + *v + "'");
-           return;
-         }
-         if (has_control_chars(*v)) {
-           p.fail(n, k, "must not contain control characters");
-           return;
-         }
-         c.output.file = *v;
-       }},
-      {"rotate_bytes",
-       [&](const Node& n, const std::string& k) {
-         if (n.IsNull()) return;
-         const auto v = p.integer(n, k, 0, 1ull << 40, true);
-         if (!v) return;
-         if (*v != 0 && *v < 4096) {
-           p.fail(n, k, "must be 0 (never rotate) or at least 4096 bytes, got " + std::to_string(*v));
-           return;
-         }
-         c.output.rotate_bytes = *v;
-       }},
-      {"keep_files",
-       [&](const Node& n, const std::string& k) { set(n, &c.output.keep_files, [&] { return p.integer(n, k, 0, 1000); }); }},
-      {"timeline",
-       [&](const Node& n, const std::string& k) { set(n, &c.output.timeline, [&] { return p.boolean(n, k); }); }},
-  };
-
-  const std::vector<Field> api = {
-      {"socket",
-       [&](const Node& n, const std::string& k) {
-         if (n.IsNull()) return;
-         const auto v = p.string(n, k);
-         if (!v) return;
-         if (v->empty() || v->front() != '/') {
-           p.fail(n, k, "must be an absolute path, got '" + *v + "'");
-           return;
-         }
-         if (v->size() >= sizeof(sockaddr_un{}.sun_path)) {
-           p.fail(n, k, "must be shorter than " + std::to_string(sizeof(sockaddr_un{}.sun_path)) +
-                            " bytes (unix socket path limit), got " + std::to_string(v->size()));
-           return;
-         }
-         c.api.socket = *v;
-       }},
-  };
-
-  const std::vector<Field> metrics = {
-      {"listen",
-       [&](const Node& n, const std::string& k) {
-         if (n.IsNull()) return;
-         const auto v = p.string(n, k);
-         if (!v) return;
-         if (!valid_listen(*v)) {
-           p.fail(n, k, "must be host:port with port 1..65535 (\"0.0.0.0:9464\", \"[::]:9464\"), got '" + *v + "'");
-           return;
-         }
-         c.metrics.listen = *v;
-       }},
-      {"max_label_values",
-       [&](const Node& n, const std::string& k) {
-         set(n, &c.metrics.max_label_values, [&] { return p.integer(n, k, 1, 10'000); });
-       }},
-  };
-
-  const auto directory = [&](std::string* out) {
-    return [&p, out](const Node& n, const std::string& k) {
-      if (n.IsNull()) return;
-      const auto v = p.string(n, k);
-      if (!v) return;
-      if (!v->empty() && v->front() != '/') {
-        p.fail(n, k, "must be an absolute directory path or \"\" (do not look), got '" + *v + "'");
-        return;
-      }
-      *out = *v;
-    };
-  };
-  const std::vector<Field> kubernetes = {
-      {"pods_dir", directory(&c.kubernetes.pods_dir)},
-      {"containers_dir", directory(&c.kubernetes.containers_dir)},
-  };
-
-  const std::vector<Field> top = {
-      {"node_name",
-       [&](const Node& n, const std::string& k) {
-         if (n.IsNull()) return;
-         const auto v = p.string(n, k);
-         if (!v) return;
-         if (v->size() > 253 || has_control_chars(*v)) {
-           p.fail(n, k, "must be at most 253 printable characters");
-           return;
-         }
-         c.node_name = *v;
-       }},
-      {"capture", [&](const Node& n, const std::string& k) { p.map(n, k, capture); }},
-      {"targeting", [&](const Node& n, const std::string& k) { p.map(n, k, targeting); }},
-      {"stall", [&](const Node& n, const std::string& k) { p.map(n, k, stall); }},
-      {"pipeline", [&](const Node& n, const std::string& k) { p.map(n, k, pipeline); }},
-      {"limits", [&](const Node& n, const std::string& k) { p.map(n, k, limits); }},
-      {"output", [&](const Node& n, const std::string& k) { p.map(n, k, output); }},
-      {"api", [&](const Node& n, const std::string& k) { p.map(n, k, api); }},
-      {"metrics", [&](const Node& n, const std::string& k) { p.map(n, k, metrics); }},
-      {"kubernetes", [&](const Node& n, const std::string& k) { p.map(n, k, kubernetes); }},
-      {"degradation", [&](const Node& n, const std::string& k) { degrade::parse_config(n, k, &c.degradation, &p.errors); }},
-  };
-
-  p.map(root, "", top);
-
-  // Cross-field checks.
-  if (c.capture.wakeup_bytes > c.capture.ringbuf_bytes) {
-    p.errors.push_back("capture.wakeup_bytes: must not exceed the ring buffer (capture.ringbuf_mb = " +
-                       std::to_string(c.capture.ringbuf_bytes >> 20) + "), got " +
-                       std::to_string(c.capture.wakeup_bytes));
+std::string socket_problem(const std::string& v) {
+  if (v.empty() || v.front() != '/') return "must be an absolute path, got '" + v + "'";
+  if (v.size() >= sizeof(sockaddr_un{}.sun_path)) {
+    return "must be shorter than " + std::to_string(sizeof(sockaddr_un{}.sun_path)) +
+           " bytes (unix socket path limit), got " + std::to_string(v.size());
   }
+  return "";
+}
+
+std::string listen_problem(const std::string& v) {
+  if (valid_listen(v)) return "";
+  return "must be host:port with port 1..65535 (\"0.0.0.0:9464\", \"[::]:9464\"), got '" + v + "'";
+}
+
+std::string directory_problem(const std::string& v) {
+  if (v.empty() || v.front() == '/') return "";
+  return "must be an absolute directory path or \"\" (do not look), got '" + v + "'";
+}
+
+std::string node_name_problem(const std::string& v) {
+  return v.size() > 253 || has_control_chars(v) ? "must be at most 253 printable characters" : "";
+}
+
+// ---- options that read their value their own way -----------------------------
+
+Value attach_method() {
+  return {[](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+            const auto v = r.scalar(n, k, attach_method_names(", ", " or "));
+            if (!v) return;
+            std::string name = *v;
+            for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+            if (const auto method = parse_attach_method(name)) {
+              c.capture.attach = *method;
+            } else {
+              r.fail(n, k, "must be " + attach_method_names(", ", " or ") + ", got '" + *v + "'");
+            }
+          },
+          attach_method_names("|", "|")};
+}
+
+Value ringbuf_mb() {
+  return {[](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+            const auto v = r.integer(n, k, 1, 1024);
+            if (!v) return;
+            if ((*v & (*v - 1)) != 0) {
+              r.fail(n, k, "must be a power of two (1, 2, 4 .. 1024), got " + std::to_string(*v));
+              return;
+            }
+            c.capture.ringbuf_bytes = static_cast<std::uint32_t>(*v << 20);
+          },
+          "1..1024"};
+}
+
+Value rotate_bytes() {
+  return {[](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+            const auto v = r.integer(n, k, 0, 1ull << 40, true);
+            if (!v) return;
+            if (*v != 0 && *v < 4096) {
+              r.fail(n, k, "must be 0 (never rotate) or at least 4096 bytes, got " + std::to_string(*v));
+              return;
+            }
+            c.output.rotate_bytes = *v;
+          },
+          "SIZE"};
+}
+
+Read degradation_section() {
+  return [](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+    std::vector<std::string> errors;
+    degrade::parse_config(n, k, &c.degradation, &errors);
+    for (std::string& e : errors) r.error(std::move(e));
+  };
+}
+
+// -o FILE writes FILE instead of stdout; -o - writes stdout only.
+Read output_flag(Read file) {
+  return [file = std::move(file)](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+    if (n.IsScalar() && n.Scalar() == "-") {
+      c.output.to_stdout = true;
+      c.output.file.clear();
+      return;
+    }
+    const std::size_t before = r.error_count();
+    file(r, n, k, c);
+    if (r.error_count() == before) c.output.to_stdout = false;
+  };
+}
+
+// The endpoints on the command line: '' runs none (the file always names
+// one), and any value the endpoint itself takes is taken. A file is read by
+// a daemon started anywhere, so its socket path must be absolute; a flag may
+// name one relative to where infertapd starts. The file's listen address names
+// its host and port; a flag may also ask for ':port' or port 0 (any free one),
+// which the endpoint understands (docs/prometheus.md, HttpServer).
+Read socket_flag() {
+  return [](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+    if (const auto v = r.string(n, k)) c.api.socket = *v;
+  };
+}
+
+Read listen_flag() {
+  return [](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+    const auto v = r.string(n, k);
+    std::string host, error;
+    std::uint16_t port = 0;
+    if (!v) return;
+    if (!v->empty() && !parse_listen_address(*v, &host, &port, &error)) {
+      r.fail(n, k, error);
+      return;
+    }
+    c.metrics.listen = *v;
+  };
+}
+
+// ---- the option table ----------------------------------------------------------
+
+Option option(std::string key, Value value, std::string flag = {}, FlagForm form = FlagForm::none,
+              std::string help = {}, Read flag_read = {}) {
+  Option o;
+  o.key = std::move(key);
+  o.flag = std::move(flag);
+  o.form = o.flag.empty() ? FlagForm::none : form;
+  o.help = std::move(help);
+  o.value_form = std::move(value.form);
+  o.read = std::move(value.read);
+  o.flag_read = std::move(flag_read);
+  return o;
+}
+
+// Every option, in the order of docs/configuration.md: the YAML key, then
+// (for the command line) its flag, how it is given and its --help. Data, not
+// steps: long by nature.
+std::vector<Option> make_options() {
+  using F = FlagForm;
+  const Value output_file = text(FIELD(output.file), "FILE", file_problem);
+  std::vector<Option> o = {
+      option("node_name", text(FIELD(node_name), "NAME", node_name_problem)),
+      option("capture.attach", attach_method(), "--attach", F::value, "How the capture attaches"),
+      option("capture.head_bytes", integer(FIELD(capture.head_bytes), 16, ITAP_HEAD_MAX), "--head-bytes", F::value,
+             "Payload head bytes copied per syscall"),
+      option("capture.tail_bytes", integer(FIELD(capture.tail_bytes), 0, ITAP_TAIL_MAX), "--tail-bytes", F::value,
+             "Payload tail bytes copied per syscall"),
+      option("capture.delivery_signals", boolean(FIELD(capture.path_signals)), "--no-delivery-signals", F::off,
+             "Do not attach the ACK/arrival/retransmit probes (no acked/arrived vantages, no TCP context)"),
+      option("capture.ringbuf_mb", ringbuf_mb(), "--ringbuf-mb", F::value, "Ring buffer size in MiB (power of two)"),
+      option("capture.wakeup_bytes", size(FIELD(capture.wakeup_bytes), 0, 256ull << 20)),
+      option("capture.ignore_self", boolean(FIELD(capture.ignore_self))),
+      option("targeting.pids", integers(FIELD(targeting.pids), 1, UINT32_MAX, "PID"), "--pid", F::repeatable,
+             "Only trace these process ids (repeatable)"),
+      option("targeting.ports", integers(FIELD(targeting.ports), 1, 65535, "PORT"), "--port", F::repeatable,
+             "Only trace connections with this local or remote port (repeatable)"),
+      option("targeting.cgroups",
+             strings(FIELD(targeting.cgroups), "PATH", "must be a cgroup v2 path, got nothing", absolute_cgroup),
+             "--cgroup", F::repeatable, "Only trace processes in this cgroup v2 path or below it (repeatable)"),
+      option("targeting.process_name_patterns",
+             strings(FIELD(targeting.process_name_patterns), "GLOB", glob_problem(""), glob_problem), "--process-name",
+             F::repeatable, "Only trace processes whose name (comm) matches this glob, e.g. 'vllm*' (repeatable)"),
+      option("stall.floor_ms", number(FIELD(pipeline.stall_floor_ns), 0, 3'600'000, 1e6, "MS"), "--stall-floor-ms",
+             F::value, "Smallest gap between tokens that is a stall"),
+      option("stall.ratio", number(FIELD(pipeline.stall_ratio), 0, 1000, 1, "RATIO"), "--stall-ratio", F::value,
+             "A stall is also above this many median ITLs"),
+      option("pipeline.stream_idle_timeout_s", number(FIELD(pipeline.stream_idle_timeout_ns), 0.001, 86'400, 1e9)),
+      option("pipeline.conn_idle_timeout_s", number(FIELD(pipeline.conn_idle_timeout_ns), 0.001, 604'800, 1e9)),
+      option("pipeline.max_timeline_events", integer(FIELD(pipeline.max_timeline_events), 1, 10'000'000)),
+      option("pipeline.request_body_head_bytes", size(FIELD(pipeline.request_body_head), 0, 1ull << 20)),
+      option("limits.max_connections", integer(FIELD(pipeline.max_connections), 1, 16'777'216)),
+      option("limits.max_streams_in_memory", integer(FIELD(limits.max_streams_in_memory), 0, 1'000'000)),
+      option("limits.sink_queue_lines", integer(FIELD(limits.sink_queue_lines), 1, 16'777'216)),
+      option("limits.sink_queue_bytes", size(FIELD(limits.sink_queue_bytes), 64ull << 10, 16ull << 30)),
+      option("output.stdout", boolean(FIELD(output.to_stdout))),
+      option("output.file", output_file, "-o,--output", F::value,
+             "NDJSON output file instead of stdout ('-' = stdout)", output_flag(output_file.read)),
+      option("output.rotate_bytes", rotate_bytes()),
+      option("output.keep_files", integer(FIELD(output.keep_files), 0, 1000)),
+      option("output.timeline", boolean(FIELD(output.timeline)), "--timeline", F::on,
+             "Include the per-event timeline in each record"),
+      option("api.socket", text(FIELD(api.socket), "PATH", socket_problem), "--socket", F::value,
+             "Query API unix socket ('' = no API)", socket_flag()),
+      option("metrics.listen", text(FIELD(metrics.listen), "HOST:PORT", listen_problem), "--metrics-listen", F::value,
+             "Prometheus endpoint host:port ('' = none)", listen_flag()),
+      option("metrics.max_label_values", integer(FIELD(metrics.max_label_values), 1, 10'000)),
+      option("kubernetes.pods_dir", text(FIELD(kubernetes.pods_dir), "DIR", directory_problem)),
+      option("kubernetes.containers_dir", text(FIELD(kubernetes.containers_dir), "DIR", directory_problem)),
+      option("degradation", {degradation_section(), ""}),
+  };
+  return o;
+}
+
+#undef FIELD
+
+// The fields of one mapping of the document: `prefix` "" is the top level,
+// where a section's options become one field that reads the section.
+std::vector<YamlReader::Field> fields_of(YamlReader& r, const std::string& prefix, DaemonConfig& c) {
+  std::vector<YamlReader::Field> out;
+  const auto has = [&](const std::string& name) {
+    return std::any_of(out.begin(), out.end(), [&](const YamlReader::Field& f) { return f.name == name; });
+  };
+  for (const Option& o : options()) {
+    const std::size_t dot = o.key.find('.');
+    const std::string section = dot == std::string::npos ? "" : o.key.substr(0, dot);
+    if (prefix.empty() && !section.empty()) {
+      if (!has(section)) {
+        out.push_back({section, [&r, &c, section](const Node& v, const std::string& k) {
+                         r.fields(v, k, fields_of(r, section, c));
+                       }});
+      }
+    } else if (section == prefix) {
+      const Read& read = o.read;
+      out.push_back({prefix.empty() ? o.key : o.key.substr(dot + 1),
+                     [&r, &c, &read](const Node& v, const std::string& k) { read(r, v, k, c); }});
+    }
+  }
+  return out;
+}
+
+// The pids and ports filters are the capture's too.
+void copy_targeting(DaemonConfig& c) {
   c.capture.pids = c.targeting.pids;
   c.capture.ports = c.targeting.ports;
+}
+
+void parse_document(YamlReader& r, const YAML::Node& root, DaemonConfig& c) {
+  r.fields(root, "", fields_of(r, "", c));
+  if (c.capture.wakeup_bytes > c.capture.ringbuf_bytes) {
+    r.error("capture.wakeup_bytes: must not exceed the ring buffer (capture.ringbuf_mb = " +
+            std::to_string(c.capture.ringbuf_bytes >> 20) + "), got " + std::to_string(c.capture.wakeup_bytes));
+  }
+  copy_targeting(c);
 }
 
 std::string join_lines(const std::vector<std::string>& lines) {
@@ -515,6 +424,43 @@ std::string join_lines(const std::vector<std::string>& lines) {
 }
 
 }  // namespace
+
+const std::vector<Option>& options() {
+  static const std::vector<Option> table = make_options();
+  return table;
+}
+
+std::string Option::flag_name() const {
+  const std::size_t comma = flag.rfind(',');
+  return comma == std::string::npos ? flag : flag.substr(comma + 1);
+}
+
+void CommandLine::set(const Option& option, std::vector<std::string> values) {
+  given_.emplace_back(&option, std::move(values));
+}
+
+bool CommandLine::apply(DaemonConfig& config, std::string* error) const {
+  std::vector<std::string> errors;
+  YamlReader r(errors);
+  for (const auto& [option, values] : given_) {
+    Node value;
+    switch (option->form) {
+      case FlagForm::none: continue;
+      case FlagForm::value: value = Node(values.empty() ? std::string() : values.front()); break;
+      case FlagForm::repeatable:
+        value = Node(YAML::NodeType::Sequence);
+        for (const std::string& v : values) value.push_back(v);
+        break;
+      case FlagForm::on: value = Node(std::string("true")); break;
+      case FlagForm::off: value = Node(std::string("false")); break;
+    }
+    const Read& read = option->flag_read ? option->flag_read : option->read;
+    read(r, value, option->flag_name(), config);
+  }
+  copy_targeting(config);
+  if (!errors.empty() && error) *error = join_lines(errors);
+  return errors.empty();
+}
 
 std::optional<DaemonConfig> parse_config(const std::string& yaml_text, std::string* error) {
   std::vector<YAML::Node> docs;
@@ -535,16 +481,28 @@ std::optional<DaemonConfig> parse_config(const std::string& yaml_text, std::stri
     return std::nullopt;
   }
   DaemonConfig config;
-  Parser parser;
+  std::vector<std::string> errors;
+  YamlReader reader(errors);
   try {
-    if (!docs.empty()) parse_document(parser, docs.front(), config);
+    if (!docs.empty()) parse_document(reader, docs.front(), config);
   } catch (const YAML::Exception& e) {  // not expected: every access is type-checked first
-    parser.errors.push_back(std::string("YAML error: ") + e.what());
+    errors.push_back(std::string("YAML error: ") + e.what());
   }
-  if (!parser.errors.empty()) {
-    if (error) *error = join_lines(parser.errors);
+  if (!errors.empty()) {
+    if (error) *error = join_lines(errors);
     return std::nullopt;
   }
+  return config;
+}
+
+std::optional<DaemonConfig> configure(const std::string& path, const CommandLine& flags, std::string* error) {
+  DaemonConfig config;
+  if (!path.empty()) {
+    auto loaded = load_config(path, error);
+    if (!loaded) return std::nullopt;
+    config = std::move(*loaded);
+  }
+  if (!flags.apply(config, error)) return std::nullopt;
   return config;
 }
 

@@ -1,7 +1,8 @@
-// infertapd's configuration file (YAML; every key documented in
-// docs/configuration.md). Parsing is strict: an unknown key, a duplicate key, a
-// value of the wrong type or out of range is an error naming the key and its
-// line, so a typo never silently falls back to a default.
+// infertapd's configuration: the YAML file (every key documented in
+// docs/configuration.md) and the command-line flags, read by one option table
+// (options()). Parsing is strict: an unknown key, a duplicate key, a value of
+// the wrong type or out of range is an error naming the key (or the flag) and
+// its line, so a typo never silently falls back to a default.
 //
 // Each YAML key maps to exactly one field below. Settings the capture and the
 // pipeline already model live in their own structs (capture::CaptureConfig,
@@ -20,13 +21,23 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "capture/loader.h"
 #include "core/types.h"
 #include "degrade/config.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace infertap::base {
+class YamlReader;
+}
 
 namespace infertap::daemon {
 
@@ -80,6 +91,56 @@ struct DaemonConfig {
   degrade::DegradationConfig degradation;  // degradation.* (docs/degradation.md)
   std::string node_name;  // "" = $NODE_NAME, else the host name (effective_node_name())
 };
+
+// ---- the option table -------------------------------------------------------
+// Every setting, declared once (config.cpp): its YAML key, its command-line
+// flag if it has one, how its value is read (type, range, the checks behind
+// the error messages) and the field it sets. The file and the flags read a
+// value the same way; a flag overrides the file.
+
+enum class FlagForm : std::uint8_t {
+  none,        // the file only
+  value,       // --flag VALUE
+  repeatable,  // --flag VALUE, as often as needed: the values replace the file's list
+  on,          // --flag alone sets the key to true
+  off,         // --flag alone sets the key to false
+};
+
+struct Option {
+  // Reads `value` (a YAML node; a flag's text as a scalar, a repeated flag's
+  // as a list) into its field of `config`; problems name `key`.
+  using Read =
+      std::function<void(base::YamlReader& reader, const YAML::Node& value, const std::string& key, DaemonConfig& config)>;
+  std::string key;         // "capture.head_bytes"; "degradation" is a whole section
+  std::string flag;        // CLI11 names, "-o,--output"; "" = the file only
+  FlagForm form = FlagForm::none;
+  std::string help;        // --help
+  std::string value_form;  // what a value looks like in --help: "16..4096", "PATH"
+  Read read;
+  Read flag_read;          // a flag that reads its value its own way ('-' = stdout, '' = none); empty: read
+  std::string flag_name() const;  // the long name: "--output"
+};
+
+// In the order of docs/configuration.md.
+const std::vector<Option>& options();
+
+// The flags a command line gave, as typed.
+class CommandLine {
+ public:
+  // `values`: the flag's value (value), each of its values (repeatable), none (on, off).
+  void set(const Option& option, std::vector<std::string> values);
+  // Sets every given flag's field of `config`. On a bad value returns false and
+  // sets *error (when non-null), one line per problem naming the flag:
+  //   "--head-bytes: must be 16..4096, got 5000"
+  bool apply(DaemonConfig& config, std::string* error) const;
+
+ private:
+  std::vector<std::pair<const Option*, std::vector<std::string>>> given_;
+};
+
+// The configuration infertapd runs with: the file at `path` (none when ""),
+// then the flags on top. Errors as load_config() and CommandLine::apply().
+std::optional<DaemonConfig> configure(const std::string& path, const CommandLine& flags, std::string* error);
 
 // Parses a YAML document. An empty document (or only comments) gives the
 // defaults. On failure returns nullopt and sets *error (when non-null) to one

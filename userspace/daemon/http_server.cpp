@@ -20,10 +20,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstring>
 
+#include "base/host_port.h"
 #include "daemon/metrics.h"
 
 namespace infertap::daemon {
@@ -80,27 +80,11 @@ bool parse_listen_address(std::string_view address, std::string* host, std::uint
     if (error) *error = "bad listen address \"" + std::string(address) + "\": " + std::string(why);
     return false;
   };
-  std::string_view h, p;
-  if (!address.empty() && address.front() == '[') {
-    const auto close = address.find(']');
-    if (close == std::string_view::npos) return fail("missing ']'");
-    h = address.substr(1, close - 1);
-    if (close + 1 >= address.size() || address[close + 1] != ':') return fail("expected [host]:port");
-    p = address.substr(close + 2);
-  } else {
-    const auto colon = address.rfind(':');
-    if (colon == std::string_view::npos) return fail("expected host:port");
-    h = address.substr(0, colon);
-    if (h.find(':') != std::string_view::npos) return fail("IPv6 hosts go in brackets: [::1]:9464");
-    p = address.substr(colon + 1);
-  }
-  unsigned value = 0;
-  const auto r = std::from_chars(p.data(), p.data() + p.size(), value);
-  if (p.empty() || r.ec != std::errc() || r.ptr != p.data() + p.size() || value > 65535) {
-    return fail("port must be a number 0-65535");
-  }
-  *host = h.empty() ? "0.0.0.0" : std::string(h);
-  *port = static_cast<std::uint16_t>(value);
+  std::string_view why;
+  const auto split = base::split_host_port(address, &why);
+  if (!split) return fail(why);
+  *host = split->host.empty() ? "0.0.0.0" : std::string(split->host);
+  *port = split->port;
   return true;
 }
 

@@ -3,10 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <fstream>
 #include <sstream>
+
+#include "core/labels.h"
 
 namespace infertap::daemon {
 
@@ -161,6 +164,127 @@ Writer::Labels stream_labels(const std::vector<std::string>& values, std::string
   return l;
 }
 
+// ---- families of render() ----------------------------------------------------
+// Templates over the registry's private state types.
+
+template <class Family>
+void write_histograms(Writer& w, std::string_view name, std::string_view help, const Family& family,
+                      const std::vector<double>& bounds) {
+  w.family(name, "histogram", help);
+  const std::string bucket = std::string(name) + "_bucket";
+  const std::string sum = std::string(name) + "_sum";
+  const std::string count = std::string(name) + "_count";
+  std::vector<std::string> le_values;
+  for (double b : bounds) le_values.push_back(format_double(b));
+  le_values.emplace_back("+Inf");
+  for (const auto& [values, h] : family) {
+    Writer::Labels labels = stream_labels(values);
+    std::uint64_t cumulative = 0;
+    for (std::size_t i = 0; i < h.counts.size(); ++i) {
+      cumulative += h.counts[i];
+      Writer::Labels with_le = labels;
+      with_le.emplace_back("le", le_values[i]);
+      w.sample(bucket, with_le, cumulative);
+    }
+    w.sample_double(sum, labels, h.sum);
+    w.sample(count, labels, h.count);
+  }
+}
+
+template <class Family>
+void write_counters(Writer& w, std::string_view name, std::string_view help, const Family& family,
+                    std::string_view extra_label) {
+  w.family(name, "counter", help);
+  for (const auto& [values, v] : family) w.sample(name, stream_labels(values, extra_label), v);
+}
+
+template <class State>
+void write_stream_metrics(Writer& w, const State& s, const MetricsConfig& config) {
+  const std::vector<double>& lat = config.latency_buckets;
+  write_histograms(w, "gen_ai_server_time_to_first_token_seconds",
+                   "Time to first token: first content event minus request end, at the record's vantage.", s.ttft, lat);
+  write_histograms(w, "gen_ai_server_time_per_output_token_seconds",
+                   "Inter-token latency: one observation per gap between consecutive content events.", s.itl, lat);
+  write_histograms(w, "gen_ai_server_request_duration_seconds", "End to end: last SSE event minus request end.", s.e2e,
+                   config.duration_buckets);
+  write_histograms(w, "infertap_tokens_per_second",
+                   "Streaming token rate after the first token, one observation per stream.", s.rate,
+                   config.rate_buckets);
+  write_counters(w, "infertap_stream_tokens_total",
+                 "Output tokens of finished streams (usage count, else content events).", s.tokens, {});
+  write_counters(w, "infertap_streams_total", "Finished streams by how they ended.", s.streams, "end");
+  write_counters(w, "infertap_stalls_total", "Gaps between content events above the stall threshold.", s.stalls,
+                 "cause");
+}
+
+template <class State>
+void write_degradation_metrics(Writer& w, const State& s) {
+  w.family("infertap_degradation_cohort_degraded", "gauge",
+           "Degradation cohorts: 1 while degraded, 0 while judged healthy or learning (docs/degradation.md).");
+  for (const auto& [values, v] : s.cohort_degraded) {
+    w.sample("infertap_degradation_cohort_degraded", stream_labels(values, "length_class"), v);
+  }
+  w.family("infertap_abuse_signals_active", "gauge",
+           "Clients holding a disproportionate share of a process's decode time now (docs/degradation.md).");
+  w.sample("infertap_abuse_signals_active", {}, s.abuse_active);
+  w.family("infertap_label_overflow_total", "counter",
+           "Observations whose label value was replaced by \"other\" (cardinality cap).");
+  for (std::string_view label : MetricsRegistry::kLabelNames) {
+    const auto it = s.overflow.find(std::string(label));
+    w.sample("infertap_label_overflow_total", {{"label", label}}, it == s.overflow.end() ? 0 : it->second);
+  }
+}
+
+// Pipeline counters that are stages of infertap_parse_errors_total rather
+// than series of their own; sse, the third stage, comes from the records.
+struct ParseErrorStage {
+  std::string_view stage;
+  std::string_view counter;  // its name in INFERTAP_PIPELINE_COUNTERS
+};
+constexpr ParseErrorStage kParseErrorStages[] = {{"http", "http_parse_errors"}, {"decode", "decode_errors"}};
+
+bool is_parse_error_stage(std::string_view counter) {
+  return std::any_of(std::begin(kParseErrorStages), std::end(kParseErrorStages),
+                     [&](const ParseErrorStage& p) { return p.counter == counter; });
+}
+
+// One series per entry of a counter table: <prefix><name>_total (a counter)
+// or <prefix><name> (a gauge), its HELP the table's text.
+void write_table_counter(Writer& w, std::string_view prefix, const base::Counter& c) {
+  const bool total = c.kind == base::CounterKind::total;
+  const std::string name = std::string(prefix) + std::string(c.name) + (total ? "_total" : "");
+  std::string help(c.help);
+  if (!help.empty()) help[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(help[0])));
+  w.family(name, total ? "counter" : "gauge", help + ".");
+  w.sample(name, {}, c.value);
+}
+
+template <class State>
+void write_self_metrics(Writer& w, const State& s) {
+  s.capture.for_each_stat([&](const base::Counter& c) { write_table_counter(w, "infertap_kernel_", c); });
+  w.family("infertap_drops_total", "counter", "Events dropped in the kernel, by reason.");
+  s.capture.for_each_drop(
+      [&](const base::Counter& c) { w.sample("infertap_drops_total", {{"reason", c.name}}, c.value); });
+  w.family("infertap_parse_errors_total", "counter",
+           "Parse errors by stage: http (HTTP framing), decode (kernel records), sse (inside finished streams).");
+  for (const ParseErrorStage& p : kParseErrorStages) {
+    s.pipeline.for_each([&](const base::Counter& c) {
+      if (c.name == p.counter) w.sample("infertap_parse_errors_total", {{"stage", p.stage}}, c.value);
+    });
+  }
+  w.sample("infertap_parse_errors_total", {{"stage", "sse"}}, s.sse_parse_errors);
+  s.pipeline.for_each([&](const base::Counter& c) {
+    if (!is_parse_error_stage(c.name)) write_table_counter(w, "infertap_pipeline_", c);
+  });
+  w.family("infertap_tracked_connections", "gauge", "Connections the pipeline is following now.");
+  w.sample("infertap_tracked_connections", {}, s.extra.tracked_connections);
+  s.sink.for_each([&](const base::Counter& c) { write_table_counter(w, "infertap_sink_", c); });
+  w.family("infertap_process_cpu_seconds_total", "counter", "User and system CPU time of the agent process.");
+  w.sample_double("infertap_process_cpu_seconds_total", {}, process_cpu_seconds());
+  w.family("infertap_process_resident_memory_bytes", "gauge", "Resident memory of the agent process.");
+  w.sample("infertap_process_resident_memory_bytes", {}, process_resident_bytes());
+}
+
 }  // namespace
 
 // ---- helpers ---------------------------------------------------------------
@@ -183,11 +307,6 @@ std::string format_double(double v) {
   char buf[64];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);
-}
-
-std::string route_of(std::string_view path) {
-  const auto cut = path.find_first_of("?#");
-  return std::string(path.substr(0, cut));
 }
 
 std::vector<double> MetricsConfig::default_latency_buckets() {
@@ -224,8 +343,8 @@ void MetricsRegistry::observe(const core::StreamRecord& record) {
   // Everything that does not touch shared state happens before the lock.
   std::string raw[kLabels];
   raw[0] = vantage_label(record.role);
-  raw[1] = !record.model.empty() ? record.model : record.request_model;
-  raw[2] = route_of(record.path);
+  raw[1] = core::model_of(record);
+  raw[2] = core::route_of(record.path);
   raw[3] = record.conn.comm;
   for (std::string& v : raw) {
     v = sanitize_utf8(v, config_.max_label_bytes);
@@ -281,16 +400,17 @@ void MetricsRegistry::observe(const core::StreamRecord& record) {
   with_end.push_back(end);
   state_.streams[with_end] += 1;
   LabelValues with_cause = std::move(labels);
-  with_cause.emplace_back("unclassified");  // a later issue attributes causes
+  with_cause.emplace_back("unclassified");  // not split by cause here yet; records carry it (stalls[].cause)
   state_.stalls[with_cause] += m.stalls.size();
   state_.sse_parse_errors += record.parse_errors;
 }
 
 void MetricsRegistry::set_self(const capture::CaptureStats& capture, const core::PipelineCounters& pipeline,
-                               const SelfExtra& extra) {
+                               const SinkCounters& sink, const SelfExtra& extra) {
   std::lock_guard<std::mutex> lock(mu_);
   state_.capture = capture;
   state_.pipeline = pipeline;
+  state_.sink = sink;
   state_.extra = extra;
 }
 
@@ -318,88 +438,10 @@ std::string MetricsRegistry::render() const {
     std::lock_guard<std::mutex> lock(mu_);
     s = state_;
   }
-  const double cpu = process_cpu_seconds();
-  const std::uint64_t rss = process_resident_bytes();
-
   Writer w;
-  auto histograms = [&](std::string_view name, std::string_view help, const std::map<LabelValues, Histogram>& family,
-                        const std::vector<double>& bounds) {
-    w.family(name, "histogram", help);
-    const std::string bucket = std::string(name) + "_bucket";
-    const std::string sum = std::string(name) + "_sum";
-    const std::string count = std::string(name) + "_count";
-    std::vector<std::string> le_values;
-    for (double b : bounds) le_values.push_back(format_double(b));
-    le_values.emplace_back("+Inf");
-    for (const auto& [values, h] : family) {
-      Writer::Labels labels = stream_labels(values);
-      std::uint64_t cumulative = 0;
-      for (std::size_t i = 0; i < h.counts.size(); ++i) {
-        cumulative += h.counts[i];
-        Writer::Labels with_le = labels;
-        with_le.emplace_back("le", le_values[i]);
-        w.sample(bucket, with_le, cumulative);
-      }
-      w.sample_double(sum, labels, h.sum);
-      w.sample(count, labels, h.count);
-    }
-  };
-  auto counters = [&](std::string_view name, std::string_view help, const std::map<LabelValues, std::uint64_t>& family,
-                      std::string_view extra_label) {
-    w.family(name, "counter", help);
-    for (const auto& [values, v] : family) w.sample(name, stream_labels(values, extra_label), v);
-  };
-
-  const std::vector<double>& lat = config_.latency_buckets;
-  histograms("gen_ai_server_time_to_first_token_seconds",
-             "Time to first token: first content event minus request end, at the record's vantage.", s.ttft, lat);
-  histograms("gen_ai_server_time_per_output_token_seconds",
-             "Inter-token latency: one observation per gap between consecutive content events.", s.itl, lat);
-  histograms("gen_ai_server_request_duration_seconds", "End to end: last SSE event minus request end.", s.e2e,
-             config_.duration_buckets);
-  histograms("infertap_tokens_per_second", "Streaming token rate after the first token, one observation per stream.",
-             s.rate, config_.rate_buckets);
-  counters("infertap_stream_tokens_total", "Output tokens of finished streams (usage count, else content events).",
-           s.tokens, {});
-  counters("infertap_streams_total", "Finished streams by how they ended.", s.streams, "end");
-  counters("infertap_stalls_total", "Gaps between content events above the stall threshold.", s.stalls, "cause");
-
-  w.family("infertap_degradation_cohort_degraded", "gauge",
-           "Degradation cohorts: 1 while degraded, 0 while judged healthy or learning (docs/degradation.md).");
-  for (const auto& [values, v] : s.cohort_degraded) {
-    w.sample("infertap_degradation_cohort_degraded", stream_labels(values, "length_class"), v);
-  }
-  w.family("infertap_abuse_signals_active", "gauge",
-           "Clients holding a disproportionate share of a process's decode time now (docs/degradation.md).");
-  w.sample("infertap_abuse_signals_active", {}, s.abuse_active);
-
-  w.family("infertap_label_overflow_total", "counter",
-           "Observations whose label value was replaced by \"other\" (cardinality cap).");
-  for (std::string_view label : kLabelNames) {
-    const auto it = s.overflow.find(std::string(label));
-    w.sample("infertap_label_overflow_total", {{"label", label}}, it == s.overflow.end() ? 0 : it->second);
-  }
-
-  w.family("infertap_kernel_events_total", "counter", "Events the BPF programs submitted to the ring buffer.");
-  w.sample("infertap_kernel_events_total", {}, s.capture.events);
-  w.family("infertap_drops_total", "counter", "Events dropped in the kernel, by reason.");
-  w.sample("infertap_drops_total", {{"reason", "ringbuf_full"}}, s.capture.drops_ringbuf_full);
-  w.sample("infertap_drops_total", {{"reason", "args_map_full"}}, s.capture.drops_args_map_full);
-  w.sample("infertap_drops_total", {{"reason", "conn_map_full"}}, s.capture.drops_conn_map_full);
-  w.sample("infertap_drops_total", {{"reason", "no_scratch"}}, s.capture.drops_no_scratch);
-  w.family("infertap_parse_errors_total", "counter",
-           "Parse errors by stage: http (HTTP framing), decode (kernel records), sse (inside finished streams).");
-  w.sample("infertap_parse_errors_total", {{"stage", "http"}}, s.pipeline.http_parse_errors);
-  w.sample("infertap_parse_errors_total", {{"stage", "decode"}}, s.pipeline.decode_errors);
-  w.sample("infertap_parse_errors_total", {{"stage", "sse"}}, s.sse_parse_errors);
-  w.family("infertap_tracked_connections", "gauge", "Connections the pipeline is following now.");
-  w.sample("infertap_tracked_connections", {}, s.extra.tracked_connections);
-  w.family("infertap_sink_dropped_lines_total", "counter", "Output lines the record sink dropped.");
-  w.sample("infertap_sink_dropped_lines_total", {}, s.extra.sink_dropped_lines);
-  w.family("infertap_process_cpu_seconds_total", "counter", "User and system CPU time of the agent process.");
-  w.sample_double("infertap_process_cpu_seconds_total", {}, cpu);
-  w.family("infertap_process_resident_memory_bytes", "gauge", "Resident memory of the agent process.");
-  w.sample("infertap_process_resident_memory_bytes", {}, rss);
+  write_stream_metrics(w, s, config_);
+  write_degradation_metrics(w, s);
+  write_self_metrics(w, s);
   return w.take();
 }
 

@@ -14,6 +14,7 @@
 
 #include "capture/loader.h"
 #include "core/types.h"
+#include "daemon/sink.h"
 
 namespace infertap::daemon {
 
@@ -40,10 +41,9 @@ struct CohortStateSample {
   bool degraded = false;
 };
 
-// Values the registry cannot read itself, passed with the capture counters.
+// Values the registry cannot read itself, passed with the counter tables.
 struct SelfExtra {
-  std::uint64_t tracked_connections = 0;   // Pipeline::connection_count()
-  std::uint64_t sink_dropped_lines = 0;    // lines the output sink dropped (cumulative)
+  std::uint64_t tracked_connections = 0;  // Pipeline::connection_count()
 };
 
 class MetricsRegistry {
@@ -56,9 +56,10 @@ class MetricsRegistry {
   // per-gap ITL buckets are computed before the lock is taken.
   void observe(const core::StreamRecord& record);
 
-  // Replace the agent's self counters (cumulative values). Thread-safe.
+  // Replace the agent's self counters: every entry of the capture, pipeline
+  // and sink tables becomes a series (docs/prometheus.md). Thread-safe.
   void set_self(const capture::CaptureStats& capture, const core::PipelineCounters& pipeline,
-                const SelfExtra& extra = {});
+                const SinkCounters& sink = {}, const SelfExtra& extra = {});
 
   // Replace the degradation cohort states and the count of active abuse
   // signals. Labels share the per-stream label caps. Thread-safe.
@@ -89,6 +90,7 @@ class MetricsRegistry {
     std::map<std::string, std::uint64_t> overflow;  // label name -> values folded to "other"
     capture::CaptureStats capture;
     core::PipelineCounters pipeline;
+    SinkCounters sink;
     SelfExtra extra;
     std::map<LabelValues, std::uint64_t> cohort_degraded;  // + length_class
     std::uint64_t abuse_active = 0;
@@ -106,6 +108,5 @@ class MetricsRegistry {
 // Helpers, public for tests and for other exporters.
 std::string escape_label_value(std::string_view v);  // \ " newline
 std::string format_double(double v);                 // shortest round trip; +Inf/-Inf/NaN
-std::string route_of(std::string_view path);         // path without ?query / #fragment (also store.h route_key)
 
 }  // namespace infertap::daemon

@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/counter.h"
 #include "daemon/config.h"
 
 namespace infertap::daemon {
@@ -54,13 +55,19 @@ struct SinkOptions {
 // output.*, limits.sink_queue_* of a daemon configuration.
 SinkOptions sink_options(const DaemonConfig& config);
 
+// What the sink counts, listed once: X(name, kind, help) makes the field, its
+// `infertap status` key (counters.sink.<name>) and its Prometheus series
+// infertap_sink_<name>[_total] (docs/prometheus.md).
+#define INFERTAP_SINK_COUNTERS(X)                                                                              \
+  X(written_lines, total, "output lines written whole to every destination")                                 \
+  X(dropped_lines, total, "output lines dropped: queue full, sink closed, a failed write, abandoned at shutdown") \
+  X(write_errors, total, "failed write, open or rename calls of the output")                                 \
+  X(rotations, total, "output file rotations")                                                                \
+  X(queued_lines, level, "output lines waiting in the queue now")                                             \
+  X(queued_bytes, level, "output bytes waiting in the queue now")
+
 struct SinkCounters {
-  std::uint64_t written_lines = 0;  // lines written whole to every configured destination
-  std::uint64_t dropped_lines = 0;  // refused by offer() (queue full, sink closed), failed writes, abandoned at shutdown
-  std::uint64_t write_errors = 0;   // failed write / open / rename calls
-  std::uint64_t rotations = 0;
-  std::uint64_t queued_lines = 0;   // now in the queue (gauge)
-  std::uint64_t queued_bytes = 0;   // now in the queue (gauge)
+  INFERTAP_COUNTER_FIELDS(INFERTAP_SINK_COUNTERS)
 };
 
 class RecordSink {

@@ -1,34 +1,26 @@
 #include "daemon/store.h"
 
-#include "daemon/metrics.h"
-
 #include <algorithm>
-#include <cmath>
-#include <ctime>
 #include <map>
 #include <tuple>
 #include <utility>
+
+#include "base/percentile.h"
+#include "core/labels.h"
+#include "output/format.h"
 
 namespace infertap::daemon {
 namespace {
 
 using json = nlohmann::json;
 
-std::optional<double> ms_of(const std::optional<std::uint64_t>& ns) {
-  if (!ns) return std::nullopt;
-  return static_cast<double>(*ns) / 1e6;
-}
+constexpr std::string_view kNoRoute = "(none)";  // the route key of a stream without a path
 
-json opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+using output::ms_of;
 
-bool is_hex(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-  });
-}
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+// Nearest-rank percentile (docs/metrics.md) of a group's values, or null.
+json percentile_json(std::vector<double>& values, double p) {
+  return output::or_null(base::percentile_in_place(values, p));
 }
 
 // Aggregates one group of record summaries.
@@ -53,20 +45,6 @@ struct Group {
 
 }  // namespace
 
-core::TimestampNs monotonic_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<core::TimestampNs>(ts.tv_sec) * 1'000'000'000ull + static_cast<core::TimestampNs>(ts.tv_nsec);
-}
-
-std::optional<double> percentile_of(std::vector<double>& values, double p) {
-  if (values.empty()) return std::nullopt;
-  std::sort(values.begin(), values.end());
-  const double rank = std::ceil(p / 100.0 * static_cast<double>(values.size()));
-  const std::size_t index = rank < 1 ? 0 : std::min(values.size() - 1, static_cast<std::size_t>(rank) - 1);
-  return values[index];
-}
-
 std::optional<GroupBy> parse_group_by(std::string_view name) {
   if (name == "model") return GroupBy::model;
   if (name == "route") return GroupBy::route;
@@ -85,55 +63,15 @@ std::string_view to_string(GroupBy by) {
   return "model";
 }
 
-std::string route_key(std::string_view path) {
-  std::string route = route_of(path);  // the same route the Prometheus labels use
-  return route.empty() ? "(none)" : route;
-}
-
-std::string process_key(std::string_view comm, std::uint32_t pid) {
-  return std::string(comm.empty() ? "?" : comm) + "[" + std::to_string(pid) + "]";
-}
-
-std::string model_key(std::string_view model) { return model.empty() ? "(unknown)" : std::string(model); }
-
-std::string container_key(std::string_view cgroup) {
-  while (!cgroup.empty() && cgroup.back() == '/') cgroup.remove_suffix(1);
-  if (cgroup.empty()) return "(host)";
-  const std::size_t slash = cgroup.rfind('/');
-  std::string_view leaf = slash == std::string_view::npos ? cgroup : cgroup.substr(slash + 1);
-  std::string_view parent;
-  if (slash != std::string_view::npos && slash > 0) {
-    std::string_view up = cgroup.substr(0, slash);
-    const std::size_t s2 = up.rfind('/');
-    parent = s2 == std::string_view::npos ? up : up.substr(s2 + 1);
-  }
-  if (ends_with(leaf, ".scope")) leaf.remove_suffix(6);
-  // "docker-<id>", "cri-containerd-<id>", "crio-<id>", "libpod-<id>": runtime + short id.
-  const std::size_t dash = leaf.rfind('-');
-  if (dash != std::string_view::npos && dash > 0 && leaf.size() - dash - 1 >= 32 && is_hex(leaf.substr(dash + 1))) {
-    return std::string(leaf.substr(0, dash)) + ":" + std::string(leaf.substr(dash + 1, 12));
-  }
-  // cgroupfs driver: "/docker/<id>".
-  if (leaf.size() >= 32 && is_hex(leaf)) {
-    return std::string(parent.empty() ? "container" : parent) + ":" + std::string(leaf.substr(0, 12));
-  }
-  return std::string(leaf);
-}
-
-std::string container_key(const core::ConnIdentity& conn) {
-  if (conn.k8s_pod.empty()) return container_key(conn.cgroup_path);
-  return conn.k8s_namespace + "/" + conn.k8s_pod + "/" + (conn.k8s_container.empty() ? "?" : conn.k8s_container);
-}
-
 RecordSummary summarize(const core::StreamRecord& r) {
   RecordSummary s;
-  s.id = std::to_string(r.conn.generation) + "-" + std::to_string(r.stream_seq);
+  s.id = core::stream_id(r);
   s.comm = r.conn.comm;
   s.pid = r.conn.pid;
   s.model = r.model;
   s.path = r.path;
   s.cgroup = r.conn.cgroup_path;
-  s.container = container_key(r.conn);
+  s.container = core::container_key(r.conn);
   s.role = r.role;
   s.end_ns = r.end_ns;
   s.ttft_ms = ms_of(r.metrics.ttft_ns);
@@ -348,10 +286,10 @@ std::vector<LiveStream> RecordStore::live() const {
 }
 
 json RecordStore::live_json(core::TimestampNs now_ns) const {
-  std::vector<LiveStream> live = this->live();
-  std::sort(live.begin(), live.end(), [](const LiveStream& a, const LiveStream& b) { return a.started_ns < b.started_ns; });
+  std::vector<LiveStream> streams = live();
+  std::sort(streams.begin(), streams.end(), [](const LiveStream& a, const LiveStream& b) { return a.started_ns < b.started_ns; });
   json out = json::array();
-  for (const LiveStream& l : live) {
+  for (const LiveStream& l : streams) {
     const auto since = [&](core::TimestampNs t) -> json {
       if (!t || t > now_ns) return t ? json(0.0) : json(nullptr);
       return static_cast<double>((now_ns - t) / 1000) / 1000.0;
@@ -380,22 +318,22 @@ json group_json(const std::string& key, Group& g) {
               {"streams", g.streams},
               {"partial", g.partial},
               {"errors", g.errors},
-              {"ttft_p50_ms", opt(percentile_of(g.ttft, 50))},
-              {"ttft_p95_ms", opt(percentile_of(g.ttft, 95))},
-              {"itl_p50_ms", opt(percentile_of(g.itl50, 50))},
-              {"itl_p95_ms", opt(percentile_of(g.itl95, 95))},
-              {"itl_p99_ms", opt(percentile_of(g.itl99, 99))},
+              {"ttft_p50_ms", percentile_json(g.ttft, 50)},
+              {"ttft_p95_ms", percentile_json(g.ttft, 95)},
+              {"itl_p50_ms", percentile_json(g.itl50, 50)},
+              {"itl_p95_ms", percentile_json(g.itl95, 95)},
+              {"itl_p99_ms", percentile_json(g.itl99, 99)},
               {"tokens", g.tokens},
-              {"tokens_per_s_p50", opt(percentile_of(g.rate, 50))},
+              {"tokens_per_s_p50", percentile_json(g.rate, 50)},
               {"stalls", g.stalls},
               {"streams_with_stalls", g.streams_with_stalls}};
 }
 
 std::string key_of(const RecordSummary& s, GroupBy by) {
   switch (by) {
-    case GroupBy::model: return model_key(s.model);
-    case GroupBy::route: return route_key(s.path);
-    case GroupBy::process: return process_key(s.comm, s.pid);
+    case GroupBy::model: return core::model_key(s.model);
+    case GroupBy::route: return core::route_of(s.path, kNoRoute);
+    case GroupBy::process: return core::process_key(s.comm, s.pid);
     case GroupBy::container: return s.container;
   }
   return {};
@@ -446,11 +384,11 @@ json RecordStore::top(core::TimestampNs now_ns, std::uint64_t window_ns) const {
     for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
       const RecordSummary& s = it->summary;
       if (s.end_ns < since || s.end_ns > now_ns) continue;
-      rows[Key{process_key(s.comm, s.pid), model_key(s.model), route_key(s.path)}].g.add(s);
+      rows[Key{core::process_key(s.comm, s.pid), core::model_key(s.model), core::route_of(s.path, kNoRoute)}].g.add(s);
       all.add(s);
     }
     for (const LiveStream& l : live_) {
-      ++rows[Key{process_key(l.comm, l.pid), model_key(l.model), route_key(l.path)}].live;
+      ++rows[Key{core::process_key(l.comm, l.pid), core::model_key(l.model), core::route_of(l.path, kNoRoute)}].live;
       ++live_total;
     }
   }

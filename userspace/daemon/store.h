@@ -58,14 +58,6 @@ enum class GroupBy { model, route, process, container };
 std::optional<GroupBy> parse_group_by(std::string_view name);  // "model" | "route" | "process" | "container"
 std::string_view to_string(GroupBy by);
 
-// Grouping keys (also used by `top`).
-std::string route_key(std::string_view path);          // path without query string; "(none)" when empty
-std::string process_key(std::string_view comm, std::uint32_t pid);  // "comm[pid]"
-std::string container_key(std::string_view cgroup);    // container / unit name from a cgroup v2 path; "(host)"
-// "namespace/pod/container" when Kubernetes names are known, else container_key(cgroup).
-std::string container_key(const core::ConnIdentity& conn);
-std::string model_key(std::string_view model);         // "(unknown)" when empty
-
 struct StoreOptions {
   std::size_t capacity = 2000;                         // finished records kept
   std::size_t timeline_budget_bytes = 64u << 20;       // all kept timelines together
@@ -83,7 +75,7 @@ struct RecordSummary {
   std::string model;  // raw, may be empty
   std::string path;   // raw
   std::string cgroup;
-  std::string container;  // container_key(conn)
+  std::string container;  // core::container_key(conn)
   core::Role role = core::Role::unknown;
   core::TimestampNs end_ns = 0;
   std::optional<double> ttft_ms, itl_p50_ms, itl_p95_ms, itl_p99_ms, tokens_per_s;
@@ -135,8 +127,6 @@ struct StoreCounters {
   std::size_t subscribers = 0;
   std::size_t live = 0;
 };
-
-core::TimestampNs monotonic_now_ns();
 
 class RecordStore {
  public:
@@ -201,8 +191,5 @@ class RecordStore {
 // What keeping a record for its timeline costs in memory: the record and its
 // per-event arrays (an estimate that ignores small strings).
 std::size_t timeline_memory_bytes(const core::StreamRecord& record);
-
-// Nearest-rank percentile (docs/metrics.md) of `values`; nullopt when empty. Sorts in place.
-std::optional<double> percentile_of(std::vector<double>& values, double p);
 
 }  // namespace infertap::daemon

@@ -1,14 +1,8 @@
 #include "degrade/config.h"
 
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
 #include <set>
-#include <sstream>
 
-#include <yaml-cpp/yaml.h>
+#include "base/yaml_reader.h"
 
 namespace infertap::degrade {
 
@@ -34,264 +28,171 @@ bool higher_is_worse(Metric m) { return m != Metric::tokens_per_s; }
 namespace {
 
 using Node = YAML::Node;
+using Fields = std::vector<base::YamlReader::Field>;
 
-// Strict reader of one section: every problem becomes a line naming the key.
-struct Reader {
-  std::vector<std::string>* errors;
-
-  static std::string at(const Node& n) {
-    const YAML::Mark mark = n.Mark();
-    return mark.line < 0 ? "" : " (line " + std::to_string(mark.line + 1) + ")";
-  }
-  void fail(const Node& n, const std::string& key, const std::string& what) {
-    errors->push_back(key + ": " + what + at(n));
-  }
-
-  using Handler = std::function<void(const Node&, const std::string&)>;
-  // Every key of `n` must be in `fields`; a null node is an empty mapping.
-  void fields(const Node& n, const std::string& prefix, const std::vector<std::pair<const char*, Handler>>& known) {
-    if (n.IsNull()) return;
-    if (!n.IsMap()) {
-      fail(n, prefix, "must be a mapping (key: value)");
-      return;
-    }
-    std::set<std::string> seen;
-    for (auto it = n.begin(); it != n.end(); ++it) {
-      const Node k = it->first;
-      const Node v = it->second;
-      if (!k.IsScalar()) {
-        errors->push_back("a key in " + prefix + " is not a plain name" + at(k));
-        continue;
-      }
-      const std::string key = prefix + "." + k.Scalar();
-      if (!seen.insert(k.Scalar()).second) {
-        errors->push_back("duplicate key '" + key + "'" + at(k));
-        continue;
-      }
-      const Handler* handler = nullptr;
-      std::string names;
-      for (const auto& [name, h] : known) {
-        if (k.Scalar() == name) handler = &h;
-        names += (names.empty() ? "" : ", ") + std::string(name);
-      }
-      if (!handler) {
-        errors->push_back("unknown key '" + key + "'" + at(k) + "; known keys in " + prefix + ": " + names);
-        continue;
-      }
-      if (!v.IsNull()) (*handler)(v, key);
-    }
-  }
-
-  std::optional<std::string> text(const Node& n, const std::string& key, const std::string& expected) {
-    if (n.IsScalar()) return n.Scalar();
-    fail(n, key, "must be " + expected + ", got a " + (n.IsMap() ? "mapping" : "list"));
+// A name of the degradation section: 1..128 printable characters.
+std::optional<std::string> name(base::YamlReader& r, const Node& n, const std::string& key) {
+  const auto s = r.scalar(n, key, "a string");
+  if (!s) return std::nullopt;
+  if (s->empty() || s->size() > 128 || s->find_first_of("\n\r\t\"") != std::string::npos) {
+    r.fail(n, key, "must be 1..128 printable characters, got '" + *s + "'");
     return std::nullopt;
   }
-
-  std::optional<double> number(const Node& n, const std::string& key, double lo, double hi) {
-    std::ostringstream r;
-    r << lo << ".." << hi;
-    const auto s = text(n, key, "a number " + r.str());
-    if (!s) return std::nullopt;
-    char* end = nullptr;
-    errno = 0;
-    const bool plain = !s->empty() && s->find_first_not_of("0123456789+-.eE") == std::string::npos;
-    const double v = plain ? std::strtod(s->c_str(), &end) : 0;
-    if (!plain || end != s->c_str() + s->size() || errno != 0 || !std::isfinite(v)) {
-      fail(n, key, "must be a number " + r.str() + ", got '" + *s + "'");
-      return std::nullopt;
-    }
-    if (v < lo || v > hi) {
-      fail(n, key, "must be " + r.str() + ", got " + *s);
-      return std::nullopt;
-    }
-    return v;
-  }
-
-  std::optional<std::uint64_t> integer(const Node& n, const std::string& key, std::uint64_t lo, std::uint64_t hi) {
-    const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
-    const auto s = text(n, key, "an integer " + range);
-    if (!s) return std::nullopt;
-    if (s->empty() || s->find_first_not_of("0123456789") != std::string::npos || s->size() > 19) {
-      fail(n, key, "must be an integer " + range + ", got '" + *s + "'");
-      return std::nullopt;
-    }
-    const std::uint64_t v = std::strtoull(s->c_str(), nullptr, 10);
-    if (v < lo || v > hi) {
-      fail(n, key, "must be " + range + ", got " + *s);
-      return std::nullopt;
-    }
-    return v;
-  }
-
-  std::optional<bool> boolean(const Node& n, const std::string& key) {
-    const auto s = text(n, key, "true or false");
-    bool v = false;
-    if (s && YAML::convert<bool>::decode(n, v)) return v;
-    if (s) fail(n, key, "must be true or false, got '" + *s + "'");
-    return std::nullopt;
-  }
-
-  std::optional<std::string> name(const Node& n, const std::string& key) {
-    const auto s = text(n, key, "a string");
-    if (!s) return std::nullopt;
-    if (s->empty() || s->size() > 128 || s->find_first_of("\n\r\t\"") != std::string::npos) {
-      fail(n, key, "must be 1..128 printable characters, got '" + *s + "'");
-      return std::nullopt;
-    }
-    return s;
-  }
-};
+  return s;
+}
 
 template <typename T, typename V>
 void assign(T* out, const std::optional<V>& v) {
   if (v) *out = static_cast<T>(*v);
 }
 
-}  // namespace
+// Readers of the usual fields: `key: value` into *out.
+template <typename T>
+base::YamlReader::Field number(base::YamlReader& r, const char* key, T* out, double lo, double hi) {
+  return {key, [&r, out, lo, hi](const Node& v, const std::string& k) { assign(out, r.number(v, k, lo, hi)); }};
+}
+template <typename T>
+base::YamlReader::Field integer(base::YamlReader& r, const char* key, T* out, std::uint64_t lo, std::uint64_t hi) {
+  return {key, [&r, out, lo, hi](const Node& v, const std::string& k) { assign(out, r.integer(v, k, lo, hi)); }};
+}
+base::YamlReader::Field boolean(base::YamlReader& r, const char* key, bool* out) {
+  return {key, [&r, out](const Node& v, const std::string& k) { assign(out, r.boolean(v, k)); }};
+}
+base::YamlReader::Field text(base::YamlReader& r, const char* key, std::string* out) {
+  return {key, [&r, out](const Node& v, const std::string& k) { assign(out, name(r, v, k)); }};
+}
 
-void parse_config(const YAML::Node& node, const std::string& key, DegradationConfig* out,
-                  std::vector<std::string>* errors) {
-  Reader r{errors};
-  DegradationConfig& c = *out;
-  const std::size_t errors_before = errors->size();
+// One entry of length_classes; `previous` is the class before it (nullptr for the first).
+void read_length_class(base::YamlReader& r, const Node& n, const std::string& key, bool last,
+                       const LengthClass* previous, std::set<std::string>& names, std::vector<LengthClass>& out) {
+  LengthClass lc;
+  r.fields(n, key,
+           {text(r, "name", &lc.name), {"below", [&](const Node& v, const std::string& k) {
+              if (auto b = r.integer(v, k, 1, 100'000'000)) lc.below = *b;
+            }}});
+  if (!n.IsMap()) return;
+  if (lc.name.empty()) r.fail(n, key, "needs a name");
+  if (!lc.name.empty() && !names.insert(lc.name).second) r.fail(n, key, "name '" + lc.name + "' given twice");
+  if (last && lc.below) r.fail(n, key, "the last class takes every longer stream: remove its 'below'");
+  if (!last && !lc.below) r.fail(n, key, "needs 'below' (only the last class has no bound)");
+  if (lc.below && previous && previous->below && *lc.below <= *previous->below) {
+    r.fail(n, key, "below must increase from class to class");
+  }
+  out.push_back(lc);
+}
 
-  const auto length_classes = [&](const Node& n, const std::string& k) {
-    if (!n.IsSequence() || n.size() == 0) {
-      r.fail(n, k, "must be a non-empty list of {name, below} (the last without below)");
-      return;
-    }
-    std::vector<LengthClass> classes;
-    std::set<std::string> names;
-    for (std::size_t i = 0; i < n.size(); ++i) {
-      const std::string ik = k + "[" + std::to_string(i) + "]";
-      LengthClass lc;
-      r.fields(n[i], ik,
-               {{"name", [&](const Node& v, const std::string& kk) { assign(&lc.name, r.name(v, kk)); }},
-                {"below", [&](const Node& v, const std::string& kk) {
-                   if (auto b = r.integer(v, kk, 1, 100'000'000)) lc.below = *b;
-                 }}});
-      if (!n[i].IsMap()) continue;
-      if (lc.name.empty()) r.fail(n[i], ik, "needs a name");
-      if (!lc.name.empty() && !names.insert(lc.name).second) r.fail(n[i], ik, "name '" + lc.name + "' given twice");
-      const bool last = i + 1 == n.size();
-      if (last && lc.below) r.fail(n[i], ik, "the last class takes every longer stream: remove its 'below'");
-      if (!last && !lc.below) r.fail(n[i], ik, "needs 'below' (only the last class has no bound)");
-      if (lc.below && !classes.empty() && classes.back().below && *lc.below <= *classes.back().below) {
-        r.fail(n[i], ik, "below must increase from class to class");
-      }
-      classes.push_back(lc);
-    }
-    c.length_classes = std::move(classes);
-  };
+void read_length_classes(base::YamlReader& r, const Node& n, const std::string& key, DegradationConfig& c) {
+  if (!n.IsSequence() || n.size() == 0) {
+    r.fail(n, key, "must be a non-empty list of {name, below} (the last without below)");
+    return;
+  }
+  std::vector<LengthClass> classes;
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    read_length_class(r, n[i], key + "[" + std::to_string(i) + "]", i + 1 == n.size(),
+                      classes.empty() ? nullptr : &classes.back(), names, classes);
+  }
+  c.length_classes = std::move(classes);
+}
 
-  const auto objectives = [&](const Node& n, const std::string& k) {
-    if (!n.IsSequence()) {
-      r.fail(n, k, "must be a list of objectives");
-      return;
-    }
-    c.objectives.clear();
-    for (std::size_t i = 0; i < n.size(); ++i) {
-      const std::string ik = k + "[" + std::to_string(i) + "]";
-      Objective o;
-      std::vector<std::pair<const char*, Reader::Handler>> known = {
-          {"name", [&](const Node& v, const std::string& kk) { assign(&o.name, r.name(v, kk)); }},
-          {"model", [&](const Node& v, const std::string& kk) { assign(&o.model, r.name(v, kk)); }},
-          {"route", [&](const Node& v, const std::string& kk) { assign(&o.route, r.name(v, kk)); }},
-          {"process", [&](const Node& v, const std::string& kk) { assign(&o.process, r.name(v, kk)); }},
-          {"container", [&](const Node& v, const std::string& kk) { assign(&o.container, r.name(v, kk)); }},
-          {"length_class", [&](const Node& v, const std::string& kk) { assign(&o.length_class, r.name(v, kk)); }},
-          {"vantage", [&](const Node& v, const std::string& kk) {
-             const auto s = r.name(v, kk);
-             if (!s) return;
-             if (*s == "any") return;
-             o.vantage = parse_vantage(*s);
-             if (!o.vantage) r.fail(v, kk, "must be server_emit, client_observed or any, got '" + *s + "'");
-           }},
-      };
-      for (Metric m : kAllMetrics) {
-        known.emplace_back(objective_key(m).data(), [&, m](const Node& v, const std::string& kk) {
-          o.limit[static_cast<std::size_t>(m)] = r.number(v, kk, 0.001, 1e9);
-        });
-      }
-      r.fields(n[i], ik, known);
-      if (!n[i].IsMap()) continue;
-      if (o.name.empty()) o.name = "objectives[" + std::to_string(i) + "]";
-      bool any = false;
-      for (const auto& l : o.limit) any = any || l.has_value();
-      if (!any) {
-        r.fail(n[i], ik, "sets no limit: give at least one of ttft_ms, min_tokens_per_s, itl_p95_ms, itl_p99_ms, "
-                         "longest_pause_ms");
-      }
-      c.objectives.push_back(std::move(o));
-    }
-  };
+// One entry of objectives: its cohort globs, vantage and limits.
+void read_objective(base::YamlReader& r, const Node& n, const std::string& key, std::size_t index,
+                    std::vector<Objective>& out) {
+  Objective o;
+  Fields known = {text(r, "name", &o.name),       text(r, "model", &o.model),
+                  text(r, "route", &o.route),     text(r, "process", &o.process),
+                  text(r, "container", &o.container), text(r, "length_class", &o.length_class),
+                  {"vantage", [&](const Node& v, const std::string& k) {
+                     const auto s = name(r, v, k);
+                     if (!s || *s == "any") return;
+                     o.vantage = parse_vantage(*s);
+                     if (!o.vantage) r.fail(v, k, "must be server_emit, client_observed or any, got '" + *s + "'");
+                   }}};
+  for (Metric m : kAllMetrics) {
+    known.push_back({std::string(objective_key(m)), [&, m](const Node& v, const std::string& k) {
+                       o.limit[static_cast<std::size_t>(m)] = r.number(v, k, 0.001, 1e9);
+                     }});
+  }
+  r.fields(n, key, known);
+  if (!n.IsMap()) return;
+  if (o.name.empty()) o.name = "objectives[" + std::to_string(index) + "]";
+  bool any = false;
+  for (const auto& l : o.limit) any = any || l.has_value();
+  if (!any) {
+    r.fail(n, key, "sets no limit: give at least one of ttft_ms, min_tokens_per_s, itl_p95_ms, itl_p99_ms, "
+                   "longest_pause_ms");
+  }
+  out.push_back(std::move(o));
+}
 
-  const auto abuse = [&](const Node& n, const std::string& k) {
-    AbuseConfig& a = c.abuse;
-    r.fields(n, k,
-             {{"enabled", [&](const Node& v, const std::string& kk) { assign(&a.enabled, r.boolean(v, kk)); }},
-              {"share", [&](const Node& v, const std::string& kk) { assign(&a.share, r.number(v, kk, 0.01, 1)); }},
-              {"release_share",
-               [&](const Node& v, const std::string& kk) { assign(&a.release_share, r.number(v, kk, 0, 1)); }},
-              {"min_streams",
-               [&](const Node& v, const std::string& kk) { assign(&a.min_streams, r.integer(v, kk, 1, 1'000'000)); }},
-              {"min_clients",
-               [&](const Node& v, const std::string& kk) { assign(&a.min_clients, r.integer(v, kk, 1, 1'000'000)); }},
-              {"enter_windows",
-               [&](const Node& v, const std::string& kk) { assign(&a.enter_windows, r.integer(v, kk, 1, 1000)); }},
-              {"exit_windows",
-               [&](const Node& v, const std::string& kk) { assign(&a.exit_windows, r.integer(v, kk, 1, 1000)); }},
-              {"max_clients",
-               [&](const Node& v, const std::string& kk) { assign(&a.max_clients, r.integer(v, kk, 1, 1'000'000)); }}});
-    if (a.release_share >= a.share) {
-      r.fail(n, k + ".release_share", "must be below " + k + ".share (hysteresis)");
-    }
-  };
+void read_objectives(base::YamlReader& r, const Node& n, const std::string& key, DegradationConfig& c) {
+  if (!n.IsSequence()) {
+    r.fail(n, key, "must be a list of objectives");
+    return;
+  }
+  c.objectives.clear();
+  for (std::size_t i = 0; i < n.size(); ++i) read_objective(r, n[i], key + "[" + std::to_string(i) + "]", i, c.objectives);
+}
 
-  r.fields(
-      node, key,
-      {{"enabled", [&](const Node& v, const std::string& k) { assign(&c.enabled, r.boolean(v, k)); }},
-       {"window_s", [&](const Node& v, const std::string& k) { assign(&c.window_s, r.number(v, k, 0.1, 86400)); }},
-       {"min_streams", [&](const Node& v, const std::string& k) { assign(&c.min_streams, r.integer(v, k, 1, 1'000'000)); }},
-       {"breach_share", [&](const Node& v, const std::string& k) { assign(&c.breach_share, r.number(v, k, 0.001, 1)); }},
-       {"recovery_share", [&](const Node& v, const std::string& k) { assign(&c.recovery_share, r.number(v, k, 0, 1)); }},
-       {"enter_windows", [&](const Node& v, const std::string& k) { assign(&c.enter_windows, r.integer(v, k, 1, 1000)); }},
-       {"exit_windows", [&](const Node& v, const std::string& k) { assign(&c.exit_windows, r.integer(v, k, 1, 1000)); }},
-       {"stale_windows", [&](const Node& v, const std::string& k) { assign(&c.stale_windows, r.integer(v, k, 1, 100'000)); }},
-       {"objective_ratio", [&](const Node& v, const std::string& k) { assign(&c.objective_ratio, r.number(v, k, 1, 100)); }},
-       {"baseline_ratio", [&](const Node& v, const std::string& k) { assign(&c.baseline_ratio, r.number(v, k, 1, 100)); }},
-       {"latency_floor_ms",
-        [&](const Node& v, const std::string& k) { assign(&c.latency_floor_ms, r.number(v, k, 0, 3'600'000)); }},
-       {"rate_floor_tokens_per_s",
-        [&](const Node& v, const std::string& k) { assign(&c.rate_floor_tokens_per_s, r.number(v, k, 0, 1e6)); }},
-       {"baseline", [&](const Node& v, const std::string& k) { assign(&c.baseline, r.boolean(v, k)); }},
-       {"warmup_windows", [&](const Node& v, const std::string& k) { assign(&c.warmup_windows, r.integer(v, k, 1, 10'000)); }},
-       {"history_windows", [&](const Node& v, const std::string& k) { assign(&c.history_windows, r.integer(v, k, 1, 10'000)); }},
-       {"length_classes", length_classes},
-       {"objectives", objectives},
-       {"max_cohorts", [&](const Node& v, const std::string& k) { assign(&c.max_cohorts, r.integer(v, k, 1, 1'000'000)); }},
-       {"recent_alerts", [&](const Node& v, const std::string& k) { assign(&c.recent_alerts, r.integer(v, k, 1, 100'000)); }},
-       {"abuse", abuse}});
+void read_abuse(base::YamlReader& r, const Node& n, const std::string& key, AbuseConfig& a) {
+  r.fields(n, key,
+           {boolean(r, "enabled", &a.enabled), number(r, "share", &a.share, 0.01, 1),
+            number(r, "release_share", &a.release_share, 0, 1),
+            integer(r, "min_streams", &a.min_streams, 1, 1'000'000),
+            integer(r, "min_clients", &a.min_clients, 1, 1'000'000),
+            integer(r, "enter_windows", &a.enter_windows, 1, 1000), integer(r, "exit_windows", &a.exit_windows, 1, 1000),
+            integer(r, "max_clients", &a.max_clients, 1, 1'000'000)});
+  if (a.release_share >= a.share) r.fail(n, key + ".release_share", "must be below " + key + ".share (hysteresis)");
+}
 
-  if (errors->size() != errors_before) return;
+// What no single key can say: the thresholds' order, objectives naming known classes.
+void check_across_keys(base::YamlReader& r, const Node& node, const std::string& key, const DegradationConfig& c) {
   if (c.recovery_share >= c.breach_share) {
-    errors->push_back(key + ".recovery_share: must be below " + key + ".breach_share (hysteresis), got " +
-                      std::to_string(c.recovery_share) + " >= " + std::to_string(c.breach_share) + Reader::at(node));
+    r.error(key + ".recovery_share: must be below " + key + ".breach_share (hysteresis), got " +
+            std::to_string(c.recovery_share) + " >= " + std::to_string(c.breach_share) + base::YamlReader::at(node));
   }
   if (c.history_windows < c.warmup_windows) {
-    errors->push_back(key + ".history_windows: must be at least warmup_windows (" + std::to_string(c.warmup_windows) +
-                      "), got " + std::to_string(c.history_windows) + Reader::at(node));
+    r.error(key + ".history_windows: must be at least warmup_windows (" + std::to_string(c.warmup_windows) +
+            "), got " + std::to_string(c.history_windows) + base::YamlReader::at(node));
   }
   for (const Objective& o : c.objectives) {
     if (o.length_class == "*" || o.length_class.find_first_of("*?[") != std::string::npos) continue;
     bool found = false;
     for (const LengthClass& lc : c.length_classes) found = found || lc.name == o.length_class;
     if (!found) {
-      errors->push_back(key + ".objectives: '" + o.name + "' names length_class '" + o.length_class +
-                        "', which is not among length_classes" + Reader::at(node));
+      r.error(key + ".objectives: '" + o.name + "' names length_class '" + o.length_class +
+              "', which is not among length_classes" + base::YamlReader::at(node));
     }
   }
+}
+
+}  // namespace
+
+void parse_config(const YAML::Node& node, const std::string& key, DegradationConfig* out,
+                  std::vector<std::string>* errors) {
+  base::YamlReader r(*errors);
+  DegradationConfig& c = *out;
+  const std::size_t errors_before = r.error_count();
+  const auto section = [&](void (*read)(base::YamlReader&, const Node&, const std::string&, DegradationConfig&)) {
+    return [&r, &c, read](const Node& v, const std::string& k) { read(r, v, k, c); };
+  };
+  r.fields(node, key,
+           {boolean(r, "enabled", &c.enabled), number(r, "window_s", &c.window_s, 0.1, 86400),
+            integer(r, "min_streams", &c.min_streams, 1, 1'000'000),
+            number(r, "breach_share", &c.breach_share, 0.001, 1), number(r, "recovery_share", &c.recovery_share, 0, 1),
+            integer(r, "enter_windows", &c.enter_windows, 1, 1000), integer(r, "exit_windows", &c.exit_windows, 1, 1000),
+            integer(r, "stale_windows", &c.stale_windows, 1, 100'000),
+            number(r, "objective_ratio", &c.objective_ratio, 1, 100),
+            number(r, "baseline_ratio", &c.baseline_ratio, 1, 100),
+            number(r, "latency_floor_ms", &c.latency_floor_ms, 0, 3'600'000),
+            number(r, "rate_floor_tokens_per_s", &c.rate_floor_tokens_per_s, 0, 1e6),
+            boolean(r, "baseline", &c.baseline), integer(r, "warmup_windows", &c.warmup_windows, 1, 10'000),
+            integer(r, "history_windows", &c.history_windows, 1, 10'000),
+            {"length_classes", section(read_length_classes)}, {"objectives", section(read_objectives)},
+            integer(r, "max_cohorts", &c.max_cohorts, 1, 1'000'000),
+            integer(r, "recent_alerts", &c.recent_alerts, 1, 100'000),
+            {"abuse", [&](const Node& v, const std::string& k) { read_abuse(r, v, k, c.abuse); }}});
+  if (r.error_count() == errors_before) check_across_keys(r, node, key, c);
 }
 
 }  // namespace infertap::degrade

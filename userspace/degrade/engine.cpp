@@ -6,20 +6,19 @@
 #include <cmath>
 #include <utility>
 
+#include "base/percentile.h"
+#include "output/format.h"
+
 namespace infertap::degrade {
 namespace {
 
 constexpr std::size_t kMaxSamples = 4096;  // per metric and window: enough for a stable median
 
-// Value at quantile q of a non-empty sample (nearest rank).
-double quantile(std::vector<double> v, double q) {
-  const auto k = static_cast<std::size_t>(std::min<double>(static_cast<double>(v.size()) - 1,
-                                                            std::floor(q * static_cast<double>(v.size()))));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
-}
+// Percentile p of a non-empty sample: the product's one percentile (nearest
+// rank, base/percentile.h), so an alert and `infertap stats` agree.
+double percentile(std::vector<double> v, double p) { return *base::percentile_in_place(v, p); }
 
-double median(const std::vector<double>& v) { return quantile(v, 0.5); }
+double median(std::vector<double> v) { return percentile(std::move(v), 50); }
 
 bool glob(const std::string& pattern, const std::string& value) {
   return pattern == "*" || fnmatch(pattern.c_str(), value.c_str(), 0) == 0;
@@ -60,15 +59,12 @@ std::string_view to_string(CohortState s) {
 
 std::array<std::optional<double>, kMetrics> metric_values(const Observation& o) {
   std::array<std::optional<double>, kMetrics> v{};
-  const auto ms = [](const std::optional<std::uint64_t>& ns) -> std::optional<double> {
-    if (!ns) return std::nullopt;
-    return static_cast<double>(*ns) / 1e6;
-  };
-  v[static_cast<std::size_t>(Metric::ttft)] = ms(o.ttft_ns);
+  using output::ms_of;
+  v[static_cast<std::size_t>(Metric::ttft)] = ms_of(o.ttft_ns);
   if (o.tokens_per_s && std::isfinite(*o.tokens_per_s)) v[static_cast<std::size_t>(Metric::tokens_per_s)] = o.tokens_per_s;
-  v[static_cast<std::size_t>(Metric::itl_p95)] = ms(o.itl_p95_ns);
-  v[static_cast<std::size_t>(Metric::itl_p99)] = ms(o.itl_p99_ns);
-  v[static_cast<std::size_t>(Metric::longest_pause)] = ms(o.longest_pause_ns);
+  v[static_cast<std::size_t>(Metric::itl_p95)] = ms_of(o.itl_p95_ns);
+  v[static_cast<std::size_t>(Metric::itl_p99)] = ms_of(o.itl_p99_ns);
+  v[static_cast<std::size_t>(Metric::longest_pause)] = ms_of(o.longest_pause_ns);
   return v;
 }
 
@@ -208,7 +204,7 @@ Engine::WindowVerdict Engine::judge(Cohort& c) const {
     e.affected = w.breached;
     e.affected_share = static_cast<double>(w.breached) / static_cast<double>(w.n);
     e.observed = median(w.values);
-    e.worst = quantile(w.values, higher_is_worse(m) ? 0.9 : 0.1);
+    e.worst = percentile(w.values, higher_is_worse(m) ? 90 : 10);
     if (objective) e.objective = objective->limit[i];
     e.baseline = config_.baseline ? c.baseline[i] : std::nullopt;
     if (w.breached_objective && w.breached_baseline) {
@@ -267,94 +263,10 @@ void Engine::remember(const Alert& a) {
 void Engine::close_window() {
   const core::TimestampNs window_end = window_start_ + window_ns_;
   counters_.windows_closed += 1;
+  // Every verdict first: a cohort's layer compares it with the others' (layer_for).
   for (auto& [key, c] : cohorts_) c.last = judge(c);
-
   for (auto& [key, c] : cohorts_) {
-    const WindowVerdict& v = c.last;
-    const auto recover = [&](const char* reason, std::uint32_t windows) {
-      Alert r = c.active;
-      r.degraded = false;
-      r.reason = reason;
-      r.ts_ns = window_end;
-      r.since_ns = c.degraded_since_ns;
-      r.windows = windows;
-      r.streams = v.streams;
-      r.affected_share = v.streams ? static_cast<double>(v.affected) / static_cast<double>(v.streams) : 0;
-      r.stall_causes.clear();
-      r.dominant_stall_cause.clear();
-      std::vector<Evidence> now;
-      for (const Evidence& e : c.active.evidence) {
-        const auto i = static_cast<std::size_t>(e.metric);
-        if (v.metric_present[i]) now.push_back(v.evidence[i]);
-      }
-      r.evidence = std::move(now);
-      c.degraded = false;
-      c.breach_streak = 0;
-      c.streak_causes.clear();
-      remember(r);
-    };
-
-    if (!v.judged) {
-      c.breach_streak = 0;
-      c.healthy_streak = 0;
-      if (!c.degraded) c.streak_causes.clear();
-      c.idle_windows += 1;
-      if (c.degraded && c.idle_windows >= config_.stale_windows) recover("no_traffic", c.idle_windows);
-    } else {
-      c.idle_windows = 0;
-      if (v.breached) {
-        if (c.breach_streak == 0) c.streak_start_ns = window_start_;
-        c.breach_streak += 1;
-        c.healthy_streak = 0;
-        for (const auto& [cause, n] : c.causes) c.streak_causes[cause] += n;
-        if (!c.degraded && c.breach_streak >= config_.enter_windows) {
-          Alert a;
-          a.id = next_id_++;
-          a.degraded = true;
-          a.reason = "breach";
-          a.cohort = key;
-          if (c.objective >= 0) a.objective = config_.objectives[static_cast<std::size_t>(c.objective)].name;
-          a.ts_ns = window_end;
-          a.since_ns = c.streak_start_ns;
-          a.window_s = config_.window_s;
-          a.windows = c.breach_streak;
-          a.streams = v.streams;
-          a.affected_share = static_cast<double>(v.affected) / static_cast<double>(v.streams);
-          a.layer = layer_for(c);
-          a.stall_causes = c.streak_causes;
-          a.dominant_stall_cause = dominant(c.streak_causes);
-          for (Metric m : kAllMetrics) {
-            if (v.metric_breached[static_cast<std::size_t>(m)]) a.evidence.push_back(v.evidence[static_cast<std::size_t>(m)]);
-          }
-          c.degraded = true;
-          c.degraded_since_ns = c.streak_start_ns;
-          c.active = a;
-          remember(a);
-        }
-      } else if (v.healthy) {
-        c.healthy_streak += 1;
-        c.breach_streak = 0;
-        if (c.degraded) {
-          if (c.healthy_streak >= config_.exit_windows) recover("healthy", c.healthy_streak);
-        } else {
-          c.streak_causes.clear();
-          // Only healthy windows teach the baseline: a regression is never learned as normal.
-          for (Metric m : kAllMetrics) {
-            const auto i = static_cast<std::size_t>(m);
-            if (!v.metric_present[i]) continue;
-            std::deque<double>& h = c.history[i];
-            h.push_back(v.evidence[i].observed);
-            while (h.size() > config_.history_windows) h.pop_front();
-            if (h.size() >= config_.warmup_windows) c.baseline[i] = median(std::vector<double>(h.begin(), h.end()));
-          }
-        }
-      } else {
-        // Between the recovery and the breach share: neither persists.
-        c.breach_streak = 0;
-        c.healthy_streak = 0;
-        if (!c.degraded) c.streak_causes.clear();
-      }
-    }
+    advance_cohort(key, c, window_end);
     c.win = {};
     c.streams = 0;
     c.affected = 0;
@@ -363,8 +275,103 @@ void Engine::close_window() {
   close_abuse_window(window_end);
 }
 
-void Engine::close_abuse_window(core::TimestampNs window_end) {
-  const AbuseConfig& cfg = config_.abuse;
+void Engine::advance_cohort(const CohortKey& key, Cohort& c, core::TimestampNs window_end) {
+  const WindowVerdict& v = c.last;
+  if (!v.judged) {
+    c.breach_streak = 0;
+    c.healthy_streak = 0;
+    if (!c.degraded) c.streak_causes.clear();
+    c.idle_windows += 1;
+    if (c.degraded && c.idle_windows >= config_.stale_windows) recover(c, "no_traffic", c.idle_windows, window_end);
+    return;
+  }
+  c.idle_windows = 0;
+  if (v.breached) {
+    if (c.breach_streak == 0) c.streak_start_ns = window_start_;
+    c.breach_streak += 1;
+    c.healthy_streak = 0;
+    for (const auto& [cause, n] : c.causes) c.streak_causes[cause] += n;
+    if (!c.degraded && c.breach_streak >= config_.enter_windows) enter_degraded(key, c, window_end);
+  } else if (v.healthy) {
+    c.healthy_streak += 1;
+    c.breach_streak = 0;
+    if (c.degraded) {
+      if (c.healthy_streak >= config_.exit_windows) recover(c, "healthy", c.healthy_streak, window_end);
+    } else {
+      c.streak_causes.clear();
+      learn_baseline(c);
+    }
+  } else {
+    // Between the recovery and the breach share: neither persists.
+    c.breach_streak = 0;
+    c.healthy_streak = 0;
+    if (!c.degraded) c.streak_causes.clear();
+  }
+}
+
+void Engine::enter_degraded(const CohortKey& key, Cohort& c, core::TimestampNs window_end) {
+  const WindowVerdict& v = c.last;
+  Alert a;
+  a.id = next_id_++;
+  a.degraded = true;
+  a.reason = "breach";
+  a.cohort = key;
+  if (c.objective >= 0) a.objective = config_.objectives[static_cast<std::size_t>(c.objective)].name;
+  a.ts_ns = window_end;
+  a.since_ns = c.streak_start_ns;
+  a.window_s = config_.window_s;
+  a.windows = c.breach_streak;
+  a.streams = v.streams;
+  a.affected_share = static_cast<double>(v.affected) / static_cast<double>(v.streams);
+  a.layer = layer_for(c);
+  a.stall_causes = c.streak_causes;
+  a.dominant_stall_cause = dominant(c.streak_causes);
+  for (Metric m : kAllMetrics) {
+    if (v.metric_breached[static_cast<std::size_t>(m)]) a.evidence.push_back(v.evidence[static_cast<std::size_t>(m)]);
+  }
+  c.degraded = true;
+  c.degraded_since_ns = c.streak_start_ns;
+  c.active = a;
+  remember(a);
+}
+
+void Engine::recover(Cohort& c, const char* reason, std::uint32_t windows, core::TimestampNs window_end) {
+  const WindowVerdict& v = c.last;
+  Alert r = c.active;
+  r.degraded = false;
+  r.reason = reason;
+  r.ts_ns = window_end;
+  r.since_ns = c.degraded_since_ns;
+  r.windows = windows;
+  r.streams = v.streams;
+  r.affected_share = v.streams ? static_cast<double>(v.affected) / static_cast<double>(v.streams) : 0;
+  r.stall_causes.clear();
+  r.dominant_stall_cause.clear();
+  std::vector<Evidence> now;
+  for (const Evidence& e : c.active.evidence) {
+    const auto i = static_cast<std::size_t>(e.metric);
+    if (v.metric_present[i]) now.push_back(v.evidence[i]);
+  }
+  r.evidence = std::move(now);
+  c.degraded = false;
+  c.breach_streak = 0;
+  c.streak_causes.clear();
+  remember(r);
+}
+
+// Only healthy windows teach the baseline: a regression is never learned as normal.
+void Engine::learn_baseline(Cohort& c) {
+  for (Metric m : kAllMetrics) {
+    const auto i = static_cast<std::size_t>(m);
+    if (!c.last.metric_present[i]) continue;
+    std::deque<double>& h = c.history[i];
+    h.push_back(c.last.evidence[i].observed);
+    while (h.size() > config_.history_windows) h.pop_front();
+    if (h.size() >= config_.warmup_windows) c.baseline[i] = median(std::vector<double>(h.begin(), h.end()));
+  }
+}
+
+std::map<std::pair<std::string, std::string>, AbuseSignal> Engine::usage_signals(core::TimestampNs window_end) const {
   std::map<std::pair<std::string, std::string>, AbuseSignal> seen;
   for (const auto& [process, clients] : usage_) {
     std::uint64_t total_ns = 0, total_tokens = 0;
@@ -388,9 +395,13 @@ void Engine::close_abuse_window(core::TimestampNs window_end) {
       seen.emplace(std::make_pair(process, client), s);
     }
   }
-  for (auto& [key, s] : seen) abuse_.try_emplace(key);
+  return seen;
+}
+
+void Engine::close_abuse_window(core::TimestampNs window_end) {
+  const auto seen = usage_signals(window_end);
+  for (const auto& [key, s] : seen) abuse_.try_emplace(key);
   for (auto it = abuse_.begin(); it != abuse_.end();) {
-    AbuseState& st = it->second;
     const auto found = seen.find(it->first);
     AbuseSignal now;
     if (found != seen.end()) {
@@ -401,41 +412,8 @@ void Engine::close_abuse_window(core::TimestampNs window_end) {
       now.ts_ns = window_end;
       now.window_s = config_.window_s;
     }
-    const bool judged = now.clients >= cfg.min_clients && now.client != "other";
-    const bool over = judged && now.decode_share > cfg.share && now.streams >= cfg.min_streams;
-    const bool under = !judged || now.decode_share < cfg.release_share;
-    if (over) {
-      if (st.over_streak == 0) st.since_ns = window_end - window_ns_;
-      st.over_streak += 1;
-      st.under_streak = 0;
-      if (!st.active && st.over_streak >= cfg.enter_windows) {
-        st.active = true;
-        now.id = next_id_++;
-        now.active = true;
-        now.since_ns = st.since_ns;
-        now.windows = st.over_streak;
-        st.signal = now;
-        pending_abuse_.push_back(now);
-        recent_abuse_.push_back(now);
-      }
-    } else if (under) {
-      st.under_streak += 1;
-      st.over_streak = 0;
-      if (st.active && st.under_streak >= cfg.exit_windows) {
-        st.active = false;
-        now.id = st.signal.id;
-        now.active = false;
-        now.since_ns = st.signal.since_ns;
-        now.windows = st.under_streak;
-        pending_abuse_.push_back(now);
-        recent_abuse_.push_back(now);
-      }
-    } else {
-      st.over_streak = 0;
-      st.under_streak = 0;
-    }
-    while (recent_abuse_.size() > config_.recent_alerts) recent_abuse_.pop_front();
-    if (st.active) st.signal.decode_share = now.decode_share;
+    AbuseState& st = it->second;
+    advance_abuse(st, now, window_end);
     // Forget clients that are neither flagged nor on their way to it.
     if (!st.active && st.over_streak == 0) {
       it = abuse_.erase(it);
@@ -444,6 +422,45 @@ void Engine::close_abuse_window(core::TimestampNs window_end) {
     }
   }
   usage_.clear();
+}
+
+void Engine::advance_abuse(AbuseState& st, AbuseSignal now, core::TimestampNs window_end) {
+  const AbuseConfig& cfg = config_.abuse;
+  const bool judged = now.clients >= cfg.min_clients && now.client != "other";
+  const bool over = judged && now.decode_share > cfg.share && now.streams >= cfg.min_streams;
+  const bool under = !judged || now.decode_share < cfg.release_share;
+  if (over) {
+    if (st.over_streak == 0) st.since_ns = window_end - window_ns_;
+    st.over_streak += 1;
+    st.under_streak = 0;
+    if (!st.active && st.over_streak >= cfg.enter_windows) {
+      st.active = true;
+      now.id = next_id_++;
+      now.active = true;
+      now.since_ns = st.since_ns;
+      now.windows = st.over_streak;
+      st.signal = now;
+      pending_abuse_.push_back(now);
+      recent_abuse_.push_back(now);
+    }
+  } else if (under) {
+    st.under_streak += 1;
+    st.over_streak = 0;
+    if (st.active && st.under_streak >= cfg.exit_windows) {
+      st.active = false;
+      now.id = st.signal.id;
+      now.active = false;
+      now.since_ns = st.signal.since_ns;
+      now.windows = st.under_streak;
+      pending_abuse_.push_back(now);
+      recent_abuse_.push_back(now);
+    }
+  } else {
+    st.over_streak = 0;
+    st.under_streak = 0;
+  }
+  while (recent_abuse_.size() > config_.recent_alerts) recent_abuse_.pop_front();
+  if (st.active) st.signal.decode_share = now.decode_share;
 }
 
 std::vector<Alert> Engine::take_alerts() { return std::exchange(pending_, {}); }

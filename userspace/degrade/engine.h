@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/counter.h"
 #include "degrade/config.h"
 #include "degrade/observation.h"
 
@@ -87,11 +88,16 @@ struct CohortStatus {
   std::array<std::optional<double>, kMetrics> baseline{};
 };
 
+// What the engine counts: X(name, kind, help) makes the field and its key in
+// the `alerts` response's "counters".
+#define INFERTAP_ENGINE_COUNTERS(X)                                                          \
+  X(observations, total, "observations handed to the engine")                              \
+  X(windows_closed, total, "evaluation windows closed")                                    \
+  X(cohorts_evicted, total, "cohorts dropped at max_cohorts: idle, not degraded, oldest first") \
+  X(cohorts_refused, total, "observations not judged: the cohort table was full of active cohorts")
+
 struct EngineCounters {
-  std::uint64_t observations = 0;
-  std::uint64_t windows_closed = 0;
-  std::uint64_t cohorts_evicted = 0;  // dropped at max_cohorts (idle, not degraded, oldest first)
-  std::uint64_t cohorts_refused = 0;  // observations not judged: table full of active cohorts
+  INFERTAP_COUNTER_FIELDS(INFERTAP_ENGINE_COUNTERS)
 };
 
 class Engine {
@@ -162,7 +168,16 @@ class Engine {
   bool breaches(Metric m, double v, double reference, double ratio) const;
   WindowVerdict judge(Cohort& c) const;
   Layer layer_for(const Cohort& c) const;
+  // One cohort after its window's verdict (c.last): streaks, alerts, baseline.
+  void advance_cohort(const CohortKey& key, Cohort& c, core::TimestampNs window_end);
+  void enter_degraded(const CohortKey& key, Cohort& c, core::TimestampNs window_end);
+  void recover(Cohort& c, const char* reason, std::uint32_t windows, core::TimestampNs window_end);
+  void learn_baseline(Cohort& c);
+  // This window's decode share of every client of every process.
+  std::map<std::pair<std::string, std::string>, AbuseSignal> usage_signals(core::TimestampNs window_end) const;
   void close_abuse_window(core::TimestampNs window_end);
+  // One client after the window: streaks, signals raised and cleared.
+  void advance_abuse(AbuseState& st, AbuseSignal now, core::TimestampNs window_end);
   void remember(const Alert& a);
 
   DegradationConfig config_;

@@ -1,7 +1,6 @@
 #include "degrade/observation.h"
 
-#include "daemon/metrics.h"
-#include "daemon/store.h"
+#include "core/labels.h"
 
 namespace infertap::degrade {
 
@@ -56,22 +55,6 @@ std::optional<DeliveryMetrics> delivery_of(const core::StreamRecord& r) {
   return d;
 }
 
-namespace {
-
-// "10.0.0.7:51234" -> "10.0.0.7", "[::1]:8000" -> "::1".
-std::string address_only(const core::Endpoint& e) {
-  if (e.family == 0) return {};
-  std::string s = e.to_string();
-  if (!s.empty() && s.front() == '[') {
-    const auto close = s.find(']');
-    return close == std::string::npos ? s : s.substr(1, close - 1);
-  }
-  const auto colon = s.rfind(':');
-  return colon == std::string::npos ? s : s.substr(0, colon);
-}
-
-}  // namespace
-
 std::vector<Observation> observations_from(const core::StreamRecord& r, const std::optional<DeliveryMetrics>& delivery) {
   std::vector<Observation> out;
   if (r.metrics.tokens == 0 || r.first_token_ns == 0) return out;
@@ -83,15 +66,15 @@ std::vector<Observation> observations_from(const core::StreamRecord& r, const st
 
   Observation o;
   o.end_ns = r.end_ns ? r.end_ns : r.last_event_ns;
-  o.model = !r.model.empty() ? r.model : r.request_model;
-  o.route = daemon::route_of(r.path);
+  o.model = core::model_of(r);
+  o.route = core::route_of(r.path);
   o.process = r.conn.comm;
-  o.container = daemon::container_key(r.conn.cgroup_path);
+  o.container = core::container_key(r.conn.cgroup_path);
   o.vantage = r.role == core::Role::server ? Vantage::server_emit : Vantage::client_observed;
   o.output_tokens = r.metrics.tokens;
   static_cast<StreamTiming&>(o) = timing_of(r.metrics);
   o.decode_ns = r.last_token_ns > r.first_token_ns ? r.last_token_ns - r.first_token_ns : 0;
-  if (r.role == core::Role::server) o.client_addr = address_only(r.conn.remote);
+  if (r.role == core::Role::server) o.client_addr = core::address_of(r.conn.remote);
   out.push_back(o);
 
   if (delivery && r.role == core::Role::server) {

@@ -1,6 +1,7 @@
 // What the degradation engine judges: one finished stream as seen at one
-// vantage, as a small value type (no dependency on the capture pipeline), and
-// the adapter from the daemon's stream records. docs/degradation.md.
+// vantage, as a small value type the engine holds (no capture pipeline), and
+// the adapter from the pipeline's stream records (core/types.h).
+// docs/degradation.md.
 #pragma once
 
 #include <cstdint>

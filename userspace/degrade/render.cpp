@@ -1,16 +1,12 @@
 #include "degrade/render.h"
 
-#include <cstdio>
-
-#include "daemon/cli_format.h"
+#include "output/format.h"
 
 namespace infertap::degrade {
 namespace {
 
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
-
-ojson optional_number(const std::optional<double>& v) { return v ? ojson(*v) : ojson(nullptr); }
 
 double round3(double v) { return static_cast<double>(static_cast<long long>(v * 1000 + (v < 0 ? -0.5 : 0.5))) / 1000; }
 
@@ -29,44 +25,11 @@ ojson evidence_json(const Evidence& e) {
                {"reference", e.reference.empty() ? ojson(nullptr) : ojson(e.reference)},
                {"observed", round3(e.observed)},
                {"tail", round3(e.worst)},
-               {"objective", optional_number(e.objective)},
+               {"objective", output::or_null<ojson>(e.objective)},
                {"baseline", e.baseline ? ojson(round3(*e.baseline)) : ojson(nullptr)},
                {"streams", e.streams},
                {"affected", e.affected},
                {"affected_share", round3(e.affected_share)}};
-}
-
-std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
-
-std::string str(const json& j, const char* key) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return "-";
-  return it->is_string() ? it->get<std::string>() : it->dump();
-}
-
-std::string fixed(const json& j, const char* key, int decimals) {
-  const auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) return "-";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, it->get<double>());
-  return buf;
-}
-
-std::string cohort_text(const json& c) {
-  return str(c, "model") + " " + str(c, "route") + " " + str(c, "process") + " " + str(c, "vantage") + " " +
-         str(c, "length_class");
-}
-
-// "tokens_per_s 9.8 (objective 20, baseline 31.2; 92% of 40)"
-std::string evidence_text(const json& alert) {
-  std::string out;
-  for (const json& e : alert.value("evidence", json::array())) {
-    if (!out.empty()) out += "; ";
-    out += str(e, "metric") + " " + str(e, "observed") + " (objective " + str(e, "objective") + ", baseline " +
-           str(e, "baseline") + ", " + fixed(json{{"v", e.value("affected_share", 0.0) * 100}}, "v", 0) + "% of " +
-           str(e, "streams") + ")";
-  }
-  return out.empty() ? "-" : out;
 }
 
 // The fields every alert and abuse line starts with.
@@ -127,11 +90,11 @@ ojson abuse_json(const AbuseSignal& s, const output::WallClock& clock, const std
 }
 
 std::string render_alert(const Alert& a, const output::WallClock& clock, const std::string& host) {
-  return dump(alert_json(a, clock, host));
+  return output::dump(alert_json(a, clock, host));
 }
 
 std::string render_abuse(const AbuseSignal& s, const output::WallClock& clock, const std::string& host) {
-  return dump(abuse_json(s, clock, host));
+  return output::dump(abuse_json(s, clock, host));
 }
 
 json alerts_response(const Engine& engine, const output::WallClock& clock, const std::string& host) {
@@ -159,50 +122,14 @@ json alerts_response(const Engine& engine, const output::WallClock& clock, const
                            {"last_window_streams", c.last_streams},
                            {"baseline", std::move(baseline)}});
   }
-  const EngineCounters& k = engine.counters();
   out["active"] = std::move(active);
   out["recent"] = std::move(recent);
   out["abuse_active"] = std::move(abuse_active);
   out["abuse_recent"] = std::move(abuse_recent);
   out["cohorts"] = std::move(cohorts);
-  out["counters"] = {{"observations", k.observations},
-                     {"windows_closed", k.windows_closed},
-                     {"cohorts_evicted", k.cohorts_evicted},
-                     {"cohorts_refused", k.cohorts_refused}};
-  return out;
-}
-
-std::string format_alerts(const json& r) {
-  std::string out;
-  if (!r.value("enabled", true)) return "degradation detection is disabled (degradation.enabled: false)\n";
-  const auto alerts = [&](const char* title, const json& list) {
-    out += std::string(title) + " (" + std::to_string(list.size()) + ")\n";
-    if (list.empty()) return;
-    std::vector<std::vector<std::string>> rows;
-    for (const json& a : list) {
-      rows.push_back({infertap::cli::ellipsize(str(a, "ts"), 23), str(a, "state"), cohort_text(a.value("cohort", json::object())),
-                      str(a, "layer"), str(a, "dominant_stall_cause"), evidence_text(a)});
-    }
-    out += infertap::cli::format_table({"TIME", "STATE", "COHORT (model route process vantage class)", "LAYER", "STALLS",
-                                        "EVIDENCE"},
-                                       rows, {false, false, false, false, false, false});
-  };
-  alerts("active alerts", r.value("active", json::array()));
-  out += "\n";
-  alerts("recent alerts, newest first", r.value("recent", json::array()));
-  const json abuse = r.value("abuse_active", json::array());
-  const json abuse_recent = r.value("abuse_recent", json::array());
-  out += "\nabuse signals: " + std::to_string(abuse.size()) + " active, " + std::to_string(abuse_recent.size()) + " recent\n";
-  if (!abuse_recent.empty()) {
-    std::vector<std::vector<std::string>> rows;
-    for (const json& s : abuse_recent) {
-      rows.push_back({infertap::cli::ellipsize(str(s, "ts"), 23), str(s, "state"), str(s, "process"), str(s, "client"),
-                      fixed(json{{"v", s.value("decode_share", 0.0) * 100}}, "v", 0) + "%", str(s, "streams"),
-                      str(s, "tokens"), str(s, "clients")});
-    }
-    out += infertap::cli::format_table({"TIME", "STATE", "PROCESS", "CLIENT", "DECODE SHARE", "STREAMS", "TOKENS", "CLIENTS"},
-                                       rows, {false, false, false, false, true, true, true, true});
-  }
+  json counters = json::object();
+  engine.counters().for_each([&](const base::Counter& c) { counters[std::string(c.name)] = c.value; });
+  out["counters"] = std::move(counters);
   return out;
 }
 

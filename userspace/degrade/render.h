@@ -1,5 +1,6 @@
 // Alert and abuse records as JSON (NDJSON lines, docs/schema.md "type": "alert"
-// and "type": "abuse"), the `alerts` API response and its CLI table.
+// and "type": "abuse") and the `alerts` API response (its text for people:
+// cli/format.h format_alerts).
 #pragma once
 
 #include <string>
@@ -21,8 +22,5 @@ std::string render_abuse(const AbuseSignal& s, const output::WallClock& clock, c
 // {"active": [...], "recent": [...], "abuse_active": [...], "abuse_recent": [...],
 //  "cohorts": [...], "counters": {...}}; recent lists newest first.
 nlohmann::json alerts_response(const Engine& engine, const output::WallClock& clock, const std::string& host);
-
-// `infertap alerts` as text: active alerts, recent alerts, abuse signals.
-std::string format_alerts(const nlohmann::json& response);
 
 }  // namespace infertap::degrade

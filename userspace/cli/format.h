@@ -35,8 +35,10 @@ std::string format_live(const nlohmann::json& live);        // array of live str
 std::string format_stats(const nlohmann::json& response);   // {"by", "groups", "total", ...}
 std::string format_top(const nlohmann::json& response);     // {"window_s", "rows", ...}
 std::string format_status(const nlohmann::json& response);  // key: value lines
+// `infertap alerts`: active alerts, recent alerts, abuse signals (docs/degradation.md).
+std::string format_alerts(const nlohmann::json& response);
 
-// Helpers shared with the CLI.
+// Cells of the tables above.
 std::string fmt_ms(const nlohmann::json& value, int decimals = 1);  // "12.3" or "-" for null/missing
 std::size_t display_width(const std::string& s);                    // UTF-8 code points
 std::string ellipsize(const std::string& s, std::size_t max);       // "long-na…"

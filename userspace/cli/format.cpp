@@ -1,6 +1,4 @@
-#include "daemon/cli_format.h"
-
-#include "daemon/metrics.h"
+#include "cli/format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +6,8 @@
 #include <map>
 #include <optional>
 #include <sstream>
+
+#include "core/labels.h"
 
 namespace infertap::cli {
 namespace {
@@ -73,10 +73,7 @@ std::string clock_of(const std::string& rfc3339) {  // "2026-11-29T17:34:09.1234
   return rfc3339.substr(t + 1, 12);
 }
 
-std::string route(const json& j) {
-  const std::string p = daemon::route_of(str(j, "path"));
-  return p.empty() ? "-" : p;
-}
+std::string route(const json& j) { return core::route_of(str(j, "path"), "-"); }
 
 }  // namespace
 
@@ -150,9 +147,11 @@ std::string sparkline(const std::vector<double>& values, std::size_t max_chars, 
   return out;
 }
 
-std::string format_show(const json& r, const FormatOptions& options) {
-  std::ostringstream out;
-  const std::string vantage = str(r, "vantage", "event");
+namespace {
+
+// The record's identity and metrics, and the client view of a server or
+// gateway record: the lines above the timeline.
+void show_header(std::ostringstream& out, const json& r, const std::string& vantage) {
   out << "stream " << str(r, "stream_id") << "  " << str(r, "role") << "/" << vantage << "  " << process(r);
   const std::string method = str(r, "method"), path = str(r, "path");
   if (!method.empty() || !path.empty()) out << "  " << method << " " << path;
@@ -162,60 +161,64 @@ std::string format_show(const json& r, const FormatOptions& options) {
   out << "ttft " << fmt_ms(r.value("ttft_ms", json())) << " ms  e2e " << fmt_ms(r.value("e2e_ms", json()))
       << " ms  tokens " << num(r, "tokens") << " (" << str(r, "token_source") << ")  rate "
       << fmt_ms(r.value("tokens_per_s", json())) << " tok/s\n";
-  const json stalls = r.value("stalls", json::array());
   out << "itl p50 " << fmt_ms(r.value("itl_p50_ms", json())) << "  p95 " << fmt_ms(r.value("itl_p95_ms", json()))
       << "  p99 " << fmt_ms(r.value("itl_p99_ms", json())) << "  max " << fmt_ms(r.value("itl_max_ms", json()))
-      << " ms  stalls " << stalls.size() << " (threshold " << fmt_ms(r.value("stall_threshold_ms", json()))
-      << " ms)\n";
+      << " ms  stalls " << r.value("stalls", json::array()).size() << " (threshold "
+      << fmt_ms(r.value("stall_threshold_ms", json())) << " ms)\n";
   if (r.value("joined_midstream", false)) out << "joined mid-stream: times are from the first event seen\n";
   // The stream as its final client got it (server and gateway records).
-  if (const auto d = r.find("delivery"); d != r.end() && d->is_object()) {
-    const json& dv = *d;
-    out << "client view (" << str(dv, "vantage") << ", " << str(dv, "path") << "): ttft "
-        << fmt_ms(dv.value("ttft_ms", json())) << " ms (+" << fmt_ms(dv.value("ttft_added_ms", json())) << ")  itl p99 "
-        << fmt_ms(dv.value("itl_p99_ms", json())) << "  max " << fmt_ms(dv.value("itl_max_ms", json()))
-        << " ms  burst " << num(dv, "max_burst") << "  stalls " << dv.value("stalls", json::array()).size() << "\n";
-    if (dv.value("degraded_by_path", false)) out << "degraded by the path: " << str(dv, "degraded_reason") << "\n";
-    if (!dv.value("ttft_cause", json()).is_null())
-      out << "first token waited: " << str(dv, "ttft_cause") << " - " << str(dv, "ttft_evidence") << "\n";
+  const auto d = r.find("delivery");
+  if (d == r.end() || !d->is_object()) return;
+  const json& dv = *d;
+  out << "client view (" << str(dv, "vantage") << ", " << str(dv, "path") << "): ttft "
+      << fmt_ms(dv.value("ttft_ms", json())) << " ms (+" << fmt_ms(dv.value("ttft_added_ms", json())) << ")  itl p99 "
+      << fmt_ms(dv.value("itl_p99_ms", json())) << "  max " << fmt_ms(dv.value("itl_max_ms", json()))
+      << " ms  burst " << num(dv, "max_burst") << "  stalls " << dv.value("stalls", json::array()).size() << "\n";
+  if (dv.value("degraded_by_path", false)) out << "degraded by the path: " << str(dv, "degraded_reason") << "\n";
+  if (!dv.value("ttft_cause", json()).is_null()) {
+    out << "first token waited: " << str(dv, "ttft_cause") << " - " << str(dv, "ttft_evidence") << "\n";
   }
+}
 
-  const auto tl_it = r.find("timeline");
-  if (tl_it == r.end() || !tl_it->is_array()) {
-    out << "(no timeline kept for this stream)\n";
-    return out.str();
-  }
-  const json& timeline = *tl_it;
-  if (timeline.empty()) {
-    out << "(no events)\n";
-    return out.str();
-  }
+// Each event's time and gap, in ms.
+struct EventTimes {
+  std::uint64_t origin = 0;   // request end (the TTFT origin), else the first event
+  std::vector<double> plus;   // since the origin
+  std::vector<double> gap;    // since the previous event (event 0: since the request end)
+  std::vector<bool> has_gap;  // false: event 0 of a stream joined mid-way
+};
 
-  // Origin: request end (TTFT origin); else the first event.
+EventTimes event_times(const json& r, const json& timeline) {
+  EventTimes t;
   const std::uint64_t request_end = u64(r, "request_end_ns");
-  const std::uint64_t origin = request_end ? request_end : u64(timeline[0], "ts_ns");
-  std::vector<double> plus, gap;  // ms
-  std::vector<bool> has_gap;
+  t.origin = request_end ? request_end : u64(timeline[0], "ts_ns");
   std::uint64_t prev = request_end;
   for (const json& e : timeline) {
     const std::uint64_t ts = u64(e, "ts_ns");
-    plus.push_back((static_cast<double>(ts) - static_cast<double>(origin)) / 1e6);
-    has_gap.push_back(prev != 0);
-    gap.push_back(prev ? (static_cast<double>(ts) - static_cast<double>(prev)) / 1e6 : 0.0);
+    t.plus.push_back((static_cast<double>(ts) - static_cast<double>(t.origin)) / 1e6);
+    t.has_gap.push_back(prev != 0);
+    t.gap.push_back(prev ? (static_cast<double>(ts) - static_cast<double>(prev)) / 1e6 : 0.0);
     prev = ts;
   }
+  return t;
+}
 
-  // Stalls: after_event indexes token (content) events; the marker goes on
-  // the token event that ended the gap.
-  std::map<std::size_t, double> stall_at;
-  std::map<std::size_t, std::string> stall_why;  // cause - evidence
+// The record's stalls by the timeline event that ended each one.
+struct StallMarks {
+  std::map<std::size_t, double> gap_ms;
+  std::map<std::size_t, std::string> why;  // "cause - evidence"
+};
+
+StallMarks stall_marks(const json& stalls, const json& timeline) {
+  // after_event indexes token (content) events; the marker goes on the token
+  // event that ended the gap.
   std::vector<std::size_t> content_index;
   for (std::size_t i = 0; i < timeline.size(); ++i) {
     if (str(timeline[i], "kind") == "content") content_index.push_back(i);
   }
+  StallMarks marks;
   for (const json& s : stalls) {
     const std::uint64_t after = u64(s, "after_event");
-    const double gap_ms = s.value("gap_ms", 0.0);
     std::optional<std::size_t> at;
     const std::uint64_t start = u64(s, "start_ns");
     for (std::size_t k = 0; k < content_index.size() && start; ++k) {  // by time: robust to capped timelines
@@ -225,66 +228,86 @@ std::string format_show(const json& r, const FormatOptions& options) {
       }
     }
     if (!at && after + 1 < content_index.size()) at = content_index[after + 1];
-    if (at) {
-      stall_at[*at] = gap_ms;
-      if (!str(s, "cause").empty()) stall_why[*at] = str(s, "cause") + " - " + str(s, "evidence");
-    }
+    if (!at) continue;
+    marks.gap_ms[*at] = s.value("gap_ms", 0.0);
+    if (!str(s, "cause").empty()) marks.why[*at] = str(s, "cause") + " - " + str(s, "evidence");
   }
+  return marks;
+}
 
-  std::vector<double> inter(gap.begin() + 1, gap.end());
+// The gap sparkline and, under it, where each stall is, so it can be found in
+// a long table (and in `less`: /stall).
+void show_gaps(std::ostringstream& out, const EventTimes& t, const StallMarks& marks, const FormatOptions& options) {
+  std::vector<double> inter(t.gap.begin() + 1, t.gap.end());
   const std::size_t spark_room = options.width > 30 ? options.width - 30 : 10;
   const double max_inter = inter.empty() ? 0.0 : *std::max_element(inter.begin(), inter.end());
-  out << "gaps " << sparkline(inter, spark_room, options.unicode) << "  (" << timeline.size() << " events, max gap "
+  out << "gaps " << sparkline(inter, spark_room, options.unicode) << "  (" << t.plus.size() << " events, max gap "
       << fixed(max_inter, 1) << " ms)\n";
-  // Where each stall is, so it can be found in a long table (and in `less`: /stall).
-  for (const auto& [at, gap_ms] : stall_at) {
+  for (const auto& [at, gap_ms] : marks.gap_ms) {
     out << (options.unicode ? "▶ stall " : "> stall ") << fixed(gap_ms, 0) << " ms before event " << at << " (+"
-        << fixed(plus[at], 1) << " ms)";
-    if (auto why = stall_why.find(at); why != stall_why.end()) out << ": " << why->second;
+        << fixed(t.plus[at], 1) << " ms)";
+    if (auto why = marks.why.find(at); why != marks.why.end()) out << ": " << why->second;
     out << "\n";
   }
   out << "\n";
+}
 
-  // Other vantages of each event, when seen: the peer's ACK, and the end of
-  // the path (the final client's read) or the traced peer's side.
-  const auto at_ms = [&](const json& e, const char* key) -> std::string {
-    const json v = e.value(key, json());
-    if (!v.is_number()) return "-";
-    return fixed((v.get<double>() - static_cast<double>(origin)) / 1e6, 1);
-  };
-  bool show_acked = false, show_client = false;
-  for (const json& e : timeline) {
-    show_acked |= e.value("acked_ns", json()).is_number();
-    show_client |= e.value("delivered_ns", json()).is_number() || e.value("peer_ns", json()).is_number();
+// Other vantages of each event, when any event has them: the peer's ACK, and
+// the end of the path (the final client's read) or the traced peer's side.
+class VantageColumns {
+ public:
+  VantageColumns(const json& r, const json& timeline, std::uint64_t origin) : origin_(origin) {
+    for (const json& e : timeline) {
+      acked_ |= e.value("acked_ns", json()).is_number();
+      client_ |= e.value("delivered_ns", json()).is_number() || e.value("peer_ns", json()).is_number();
+    }
+    const bool client_record = str(r, "role") == "client";
+    client_key_ = client_record ? "peer_ns" : "delivered_ns";
+    client_title_ = client_record ? "+emit" : "+client";
   }
-  const char* client_key = str(r, "role") == "client" ? "peer_ns" : "delivered_ns";
-  const std::string client_title = str(r, "role") == "client" ? "+emit" : "+client";
-  const auto extra = [&](const json* e) {
+
+  // The cells of one event; their titles for nullptr.
+  std::string cells(const json* e) const {
     std::string cols;
     char buf[32];
-    if (show_acked) {
+    if (acked_) {
       std::snprintf(buf, sizeof buf, "%9s ", e ? at_ms(*e, "acked_ns").c_str() : "+acked");
       cols += buf;
     }
-    if (show_client) {
-      std::snprintf(buf, sizeof buf, "%9s ", e ? at_ms(*e, client_key).c_str() : client_title.c_str());
+    if (client_) {
+      std::snprintf(buf, sizeof buf, "%9s ", e ? at_ms(*e, client_key_).c_str() : client_title_.c_str());
       cols += buf;
     }
     return cols;
-  };
+  }
 
-  // Columns: i, kind, +ms, [+acked, +client,] gap ms, bytes, batch, bar.
+ private:
+  std::string at_ms(const json& e, const char* key) const {
+    const json v = e.value(key, json());
+    if (!v.is_number()) return "-";
+    return fixed((v.get<double>() - static_cast<double>(origin_)) / 1e6, 1);
+  }
+
+  std::uint64_t origin_;
+  bool acked_ = false, client_ = false;
+  const char* client_key_;
+  std::string client_title_;
+};
+
+// Columns: i, kind, +ms, [+acked, +client,] gap ms, bytes, batch, bar.
+void show_events(std::ostringstream& out, const json& timeline, const std::string& vantage, const EventTimes& t,
+                 const StallMarks& marks, const VantageColumns& columns, const FormatOptions& options) {
   const std::string plus_title = "+" + vantage + " ms";
   char row[200];
   std::snprintf(row, sizeof row, "%4s %-10s %9s %s%7s %5s %5s  ", "i", "kind", plus_title.c_str(),
-                extra(nullptr).c_str(), "gap ms", "bytes", "batch");
+                columns.cells(nullptr).c_str(), "gap ms", "bytes", "batch");
   const std::size_t prefix = std::string(row).size();
   std::size_t marker_room = 0;  // " ◀ stall N ms" after the bar
-  for (const auto& [at, gap_ms] : stall_at) marker_room = std::max(marker_room, 12 + fixed(gap_ms, 0).size());
+  for (const auto& [at, gap_ms] : marks.gap_ms) marker_room = std::max(marker_room, 12 + fixed(gap_ms, 0).size());
   const std::size_t bar_room = options.width > prefix + marker_room + 8 ? options.width - prefix - marker_room : 8;
   double max_gap = 0;
-  for (std::size_t i = 0; i < gap.size(); ++i) {
-    if (has_gap[i]) max_gap = std::max(max_gap, gap[i]);
+  for (std::size_t i = 0; i < t.gap.size(); ++i) {
+    if (t.has_gap[i]) max_gap = std::max(max_gap, t.gap[i]);
   }
   out << row << (options.unicode ? "gap (█ = " : "gap (# = ") << fixed(max_gap / static_cast<double>(bar_room), 1)
       << " ms)\n";
@@ -292,18 +315,39 @@ std::string format_show(const json& r, const FormatOptions& options) {
     const json& e = timeline[i];
     std::string kind = str(e, "kind");
     if (e.value("truncated", false)) kind += "~";
-    const std::string gap_text = has_gap[i] ? fixed(gap[i], 1) : "-";
+    const std::string gap_text = t.has_gap[i] ? fixed(t.gap[i], 1) : "-";
     std::snprintf(row, sizeof row, "%4s %-10s %9s %s%7s %5s %5s  ", num(e, "i").c_str(), kind.c_str(),
-                  fixed(plus[i], 1).c_str(), extra(&e).c_str(), gap_text.c_str(), num(e, "bytes").c_str(),
+                  fixed(t.plus[i], 1).c_str(), columns.cells(&e).c_str(), gap_text.c_str(), num(e, "bytes").c_str(),
                   num(e, "batch").c_str());
     std::string line = row;
-    if (has_gap[i] && max_gap > 0) line += bar(gap[i] / max_gap * static_cast<double>(bar_room), options.unicode);
-    if (auto it = stall_at.find(i); it != stall_at.end()) {
+    if (t.has_gap[i] && max_gap > 0) line += bar(t.gap[i] / max_gap * static_cast<double>(bar_room), options.unicode);
+    if (auto it = marks.gap_ms.find(i); it != marks.gap_ms.end()) {
       line += std::string(options.unicode ? " ◀ stall " : " < stall ") + fixed(it->second, 0) + " ms";
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out << line << "\n";
   }
+}
+
+}  // namespace
+
+std::string format_show(const json& r, const FormatOptions& options) {
+  std::ostringstream out;
+  const std::string vantage = str(r, "vantage", "event");
+  show_header(out, r, vantage);
+  const auto timeline = r.find("timeline");
+  if (timeline == r.end() || !timeline->is_array()) {
+    out << "(no timeline kept for this stream)\n";
+    return out.str();
+  }
+  if (timeline->empty()) {
+    out << "(no events)\n";
+    return out.str();
+  }
+  const EventTimes times = event_times(r, *timeline);
+  const StallMarks marks = stall_marks(r.value("stalls", json::array()), *timeline);
+  show_gaps(out, times, marks, options);
+  show_events(out, *timeline, vantage, times, marks, VantageColumns(r, *timeline, times.origin), options);
   return out.str();
 }
 
@@ -425,6 +469,65 @@ std::string format_status(const json& response) {
   for (const auto& [k, v] : lines) width = std::max(width, display_width(k));
   std::string out = "infertapd is running\n";
   for (const auto& [k, v] : lines) out += "  " + pad(k + ":", width + 1, false) + " " + v + "\n";
+  return out;
+}
+
+namespace {
+
+std::string cohort_text(const json& c) {
+  return str(c, "model", "-") + " " + str(c, "route", "-") + " " + str(c, "process", "-") + " " +
+         str(c, "vantage", "-") + " " + str(c, "length_class", "-");
+}
+
+// "tokens_per_s 9.8 (objective 20, baseline 31.2; 92% of 40)"
+std::string evidence_text(const json& alert) {
+  std::string out;
+  for (const json& e : alert.value("evidence", json::array())) {
+    if (!out.empty()) out += "; ";
+    out += str(e, "metric", "-") + " " + str(e, "observed", "-") + " (objective " + str(e, "objective", "-") +
+           ", baseline " + str(e, "baseline", "-") + ", " + fixed(e.value("affected_share", 0.0) * 100, 0) + "% of " +
+           str(e, "streams", "-") + ")";
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::string alerts_table(const char* title, const json& list) {
+  std::string out = std::string(title) + " (" + std::to_string(list.size()) + ")\n";
+  if (list.empty()) return out;
+  std::vector<std::vector<std::string>> rows;
+  for (const json& a : list) {
+    rows.push_back({ellipsize(str(a, "ts", "-"), 23), str(a, "state", "-"),
+                    cohort_text(a.value("cohort", json::object())), str(a, "layer", "-"),
+                    str(a, "dominant_stall_cause", "-"), evidence_text(a)});
+  }
+  return out + format_table({"TIME", "STATE", "COHORT (model route process vantage class)", "LAYER", "STALLS",
+                             "EVIDENCE"},
+                            rows, {false, false, false, false, false, false});
+}
+
+std::string abuse_table(const json& signals) {
+  std::vector<std::vector<std::string>> rows;
+  for (const json& s : signals) {
+    rows.push_back({ellipsize(str(s, "ts", "-"), 23), str(s, "state", "-"), str(s, "process", "-"),
+                    str(s, "client", "-"), fixed(s.value("decode_share", 0.0) * 100, 0) + "%", str(s, "streams", "-"),
+                    str(s, "tokens", "-"), str(s, "clients", "-")});
+  }
+  return format_table({"TIME", "STATE", "PROCESS", "CLIENT", "DECODE SHARE", "STREAMS", "TOKENS", "CLIENTS"}, rows,
+                      {false, false, false, false, true, true, true, true});
+}
+
+}  // namespace
+
+std::string format_alerts(const json& response) {
+  if (!response.value("enabled", true)) return "degradation detection is disabled (degradation.enabled: false)\n";
+  std::string out = alerts_table("active alerts", response.value("active", json::array()));
+  out += "\n";
+  out += alerts_table("recent alerts, newest first", response.value("recent", json::array()));
+  const json abuse = response.value("abuse_active", json::array());
+  const json abuse_recent = response.value("abuse_recent", json::array());
+  out += "\nabuse signals: " + std::to_string(abuse.size()) + " active, " + std::to_string(abuse_recent.size()) +
+         " recent\n";
+  if (!abuse_recent.empty()) out += abuse_table(abuse_recent);
   return out;
 }
 

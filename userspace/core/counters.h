@@ -1,0 +1,40 @@
+// What the pipeline counts, listed once. X(name, kind, help) makes the field
+// PipelineCounters::<name>, its `infertap status` key (counters.pipeline.<name>)
+// and its Prometheus series (docs/prometheus.md); kind is total (counted since
+// the start) or level (a value now).
+#pragma once
+
+#include <cstdint>
+
+#include "base/counter.h"
+
+#define INFERTAP_PIPELINE_COUNTERS(X)                                                                        \
+  X(records, total, "stream records finished, partial ones included")                                     \
+  X(decode_errors, total, "kernel records userspace could not decode")                                     \
+  X(data_events, total, "send and receive events of followed sockets")                                     \
+  X(state_events, total, "TCP state changes of followed sockets")                                          \
+  X(connections_opened, total, "connections the pipeline began to follow")                                 \
+  X(connections_closed, total, "followed connections that ended: closed, idle, evicted or at shutdown")    \
+  X(connections_evicted, total, "connections dropped from a full table (limits.max_connections)")          \
+  X(connections_muted, total, "connections muted in the kernel: not HTTP")                                  \
+  X(http_parse_errors, total, "HTTP framing errors")                                                       \
+  X(streams_started, total, "event-stream responses that began")                                          \
+  X(streams_completed, total, "streams whose response ended whole")                                       \
+  X(streams_partial, total, "streams that ended before their response did")                               \
+  X(non_stream_responses, total, "HTTP responses that were not event streams")                            \
+  X(sse_events, total, "SSE events of streams")                                                            \
+  X(bytes_lost, total, "bytes of sequence gaps: events dropped before userspace")                          \
+  X(bytes_not_captured, total, "bytes between the captured head and tail of a call")                       \
+  X(path_signals, total, "delivery signals: ACKs, arrivals, retransmissions, memory limits")               \
+  X(records_joined, total, "records linked to a traced peer or a gateway's other leg")                     \
+  X(records_held, level, "records waiting for the other records of their path now")                        \
+  X(connections_refused, total, "connections not targeted (process name): muted on their first event")  \
+  X(body_decode_errors, total, "compressed bodies that could not be decoded to their end")
+
+namespace infertap::core {
+
+struct PipelineCounters {
+  INFERTAP_COUNTER_FIELDS(INFERTAP_PIPELINE_COUNTERS)
+};
+
+}  // namespace infertap::core
