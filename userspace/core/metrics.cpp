@@ -89,6 +89,8 @@ void compute_metrics(StreamRecord& record, std::optional<std::uint64_t> usage_co
                                config, content_gaps_observed(record.timeline));
   m.events = static_cast<std::uint32_t>(record.timeline.size());
   m.token_source = usage_completion_tokens ? TokenSource::usage : TokenSource::events;
+  m.counts_lower_bound = record.bytes_lost + record.bytes_not_captured > 0;
+  if (m.counts_lower_bound && m.token_source == TokenSource::events) m.tokens_per_s.reset();
   record.metrics = std::move(m);
 }
 

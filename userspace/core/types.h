@@ -142,6 +142,10 @@ struct StreamMetrics {
   std::optional<std::uint64_t> e2e_ns;   // last event - request end
   std::uint64_t tokens = 0;
   TokenSource token_source = TokenSource::events;
+  // Bytes of the body went by without capture (bytes_lost, bytes_not_captured):
+  // event counts, and a token count taken from them, are lower bounds, and a
+  // rate from them is unknown (tokens_per_s null unless usage gave the count).
+  bool counts_lower_bound = false;
   std::uint32_t content_events = 0;
   std::uint32_t events = 0;
   std::optional<double> tokens_per_s;  // streaming token rate (after the first token)

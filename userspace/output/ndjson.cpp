@@ -222,6 +222,7 @@ void put_metrics(json& j, const core::StreamMetrics& m) {
   put_ms(j, "e2e_ms", m.e2e_ns);
   j["tokens"] = m.tokens;
   j["token_source"] = core::to_string(m.token_source);
+  j["counts_lower_bound"] = m.counts_lower_bound;
   j["content_events"] = m.content_events;
   j["events"] = m.events;
   put_rate_and_gaps(j, m);

@@ -133,6 +133,8 @@ std::optional<Delivery> delivery_of(const PathNode& node, const PipelineConfig& 
   d.metrics = metrics_of(delivered, has_request ? r.request_end_ns : 0, last, r.metrics.tokens, config,
                          content_gaps_observed(r.timeline));
   d.metrics.token_source = r.metrics.token_source;
+  d.metrics.counts_lower_bound = r.metrics.counts_lower_bound;
+  if (d.metrics.counts_lower_bound && d.metrics.token_source == TokenSource::events) d.metrics.tokens_per_s.reset();
   d.metrics.events = r.metrics.events;
   for (Stall& st : d.metrics.stalls) {
     if (st.after_event + 1 >= content.size()) continue;
