@@ -28,6 +28,16 @@ class ConnBuilder {
   std::vector<std::uint8_t> recv(std::uint64_t ts_ns, std::string_view bytes, std::uint64_t duration_ns = 2000) {
     return data(ITAP_DIR_RECV, ITAP_SC_READ, ts_ns, bytes, duration_ns);
   }
+  // The kernel already had an entry for this socket address (a stale one, its
+  // close lost): no event is marked as the socket's first.
+  void as_known_socket() { first_ = false; }
+  // TCP sequences the connection starts from (each side picks its own).
+  void start_at(std::uint32_t send_seq, std::uint32_t recv_seq) {
+    send_seq_ = send_seq;
+    recv_seq_ = recv_seq;
+  }
+  // The socket's port after it closed (the kernel releases it).
+  void closed_port() { local_port_ = 0; }
   // Skip bytes in a direction as if their events were dropped before userspace.
   void lose(std::uint8_t direction, std::uint32_t n) { (direction == ITAP_DIR_SEND ? send_seq_ : recv_seq_) += n; }
 

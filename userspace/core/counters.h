@@ -29,7 +29,9 @@
   X(records_joined, total, "records linked to a traced peer or a gateway's other leg")                     \
   X(records_held, level, "records waiting for the other records of their path now")                        \
   X(connections_refused, total, "connections not targeted (process name): muted on their first event")  \
-  X(body_decode_errors, total, "compressed bodies that could not be decoded to their end")
+  X(body_decode_errors, total, "compressed bodies that could not be decoded to their end")                 \
+  X(sockets_reused, total, "socket addresses a new connection took over before the old one's close was seen") \
+  X(calls_after_close, total, "send/receive calls seen on a socket already closed (not followed)")
 
 namespace infertap::core {
 

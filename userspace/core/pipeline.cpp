@@ -1,6 +1,7 @@
 #include "core/pipeline.h"
 
 #include <malloc.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <vector>
@@ -64,7 +65,17 @@ void Pipeline::on_event(const capture::IoEvent& event) {
   // An arrival the kernel carried on this read instead of sending it alone:
   // it happened before the read, so it is handled first, as if it had.
   if (const auto arrival = capture::carried_arrival(event)) on_signal(*arrival);
-  take(*conn, conn->on_data(event));
+  Connection::Decision decision = conn->on_data(event);
+  if (decision.foreign) {
+    // Its close never reached us and the address was reused: what we had
+    // ends, and this event opens the connection it belongs to.
+    ++counters_.sockets_reused;
+    close_connection(event.h().sock_id, event.h().ts_ns, StreamEnd::connection_closed);
+    conn = open_connection(event);
+    if (!conn) return;
+    decision = conn->on_data(event);
+  }
+  take(*conn, decision);
   join_finished(*conn);
 }
 
@@ -126,6 +137,18 @@ Connection* Pipeline::connection_for(const capture::IoEvent& event) {
     // without us hearing of it (state event lost), and the address was reused.
     if (!(h.flags & ITAP_F_NEW_SOCKET)) return it->second.get();
     close_connection(h.sock_id, h.ts_ns, StreamEnd::connection_closed);
+  }
+  return open_connection(event);
+}
+
+Connection* Pipeline::open_connection(const capture::IoEvent& event) {
+  const itap_event& h = event.h();
+  if (h.local_port == 0 && (h.family == AF_INET || h.family == AF_INET6)) {
+    // A TCP socket loses its port when it closes: this call ran after the
+    // close (a send racing the peer's reset). Nothing of a live connection.
+    ++counters_.calls_after_close;
+    if (forget_) forget_(h.sock_id);
+    return nullptr;
   }
   if (connections_.size() >= config_.max_connections) evict_oldest(h.ts_ns);
   ConnIdentity id = identity_of(event);

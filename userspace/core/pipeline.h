@@ -75,6 +75,10 @@ class Pipeline {
   }
 
   void set_admit(Admit admit) { admit_ = std::move(admit); }
+  // Deletes the kernel's entry for a socket that is already closed (its
+  // next use, by a new socket at the same address, is classified afresh).
+  using ForgetSocket = std::function<void(std::uint64_t sock_id)>;
+  void set_forget(ForgetSocket forget) { forget_ = std::move(forget); }
 
   const PipelineCounters& counters() const { return counters_; }
   std::size_t connection_count() const { return connections_.size(); }
@@ -83,6 +87,7 @@ class Pipeline {
  private:
   void on_state(const capture::IoEvent& event);
   Connection* connection_for(const capture::IoEvent& event);
+  Connection* open_connection(const capture::IoEvent& event);
   ConnIdentity identity_of(const capture::IoEvent& event);
   void take(Connection& conn, const Connection::Decision& decision);
   void join_finished(Connection& conn);
@@ -104,6 +109,7 @@ class Pipeline {
   LiveIndex live_;
   PathJoiner joiner_;
   Admit admit_;
+  ForgetSocket forget_;
   std::unordered_set<std::uint64_t> refused_;  // sockets the admit hook refused (muted; events in flight dropped)
 };
 

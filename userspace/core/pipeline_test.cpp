@@ -363,6 +363,47 @@ TEST(Pipeline, ReusedSocketAddressStartsANewGeneration) {
   EXPECT_EQ(h.records[1].conn.remote.port, 40001);
 }
 
+// The address is reused and the kernel's entry for it outlived the old socket
+// (its close was lost): the events carry no mark of a new socket, but their
+// sequence numbers are another connection's. No gigabytes "lost", no parse
+// errors: the old connection ends and the new one is read from its start.
+TEST(Pipeline, ASequenceThatDoesNotContinueTheStreamIsANewConnection) {
+  Harness h;
+  ConnBuilder first(0xAB, 100, 8000, 40000);
+  h.feed(first.recv(kT0, request()));
+  h.feed(first.send(kT0 + 1 * kMs, kStreamHead));
+  h.feed(first.send(kT0 + 10 * kMs, chunked(openai_chunk("a"))));
+  ConnBuilder second(0xAB, 100, 8000, 40001);
+  second.as_known_socket();
+  second.start_at(0x90000000u, 0x30000000u);
+  serve_stream(h, second, 3, 10 * kMs, kT0 + 100 * kMs);
+  ASSERT_EQ(h.records.size(), 2u);
+  EXPECT_EQ(h.records[0].end, StreamEnd::connection_closed);
+  EXPECT_EQ(h.records[1].end, StreamEnd::complete);
+  EXPECT_EQ(h.records[1].path, "/v1/chat/completions");
+  EXPECT_EQ(h.records[1].metrics.content_events, 3u);
+  EXPECT_EQ(h.records[1].parse_errors, 0u);
+  EXPECT_EQ(h.pipeline.counters().bytes_lost, 0u);
+  EXPECT_EQ(h.pipeline.counters().http_parse_errors, 1u) << "only the old stream's, cut mid-response";
+  EXPECT_EQ(h.pipeline.counters().sockets_reused, 1u);
+}
+
+// A send that ran after its socket closed (racing the peer's reset) finds no
+// entry and would look like a stream joined mid-way: it is nothing.
+TEST(Pipeline, ACallOnAClosedSocketMakesNoRecord) {
+  Harness h;
+  std::vector<std::uint64_t> forgotten;
+  h.pipeline.set_forget([&](std::uint64_t s) { forgotten.push_back(s); });
+  ConnBuilder dead(0xAC, 100, 8000, 40000);
+  dead.closed_port();
+  h.feed(dead.send(kT0, chunked(openai_chunk("late"))));
+  h.pipeline.flush(kT0 + kMs);
+  EXPECT_TRUE(h.records.empty());
+  EXPECT_EQ(forgotten, std::vector<std::uint64_t>{0xAC});
+  EXPECT_EQ(h.pipeline.counters().calls_after_close, 1u);
+  EXPECT_EQ(h.pipeline.connection_count(), 0u);
+}
+
 TEST(Pipeline, AnthropicStreamCountsOutputTokensFromUsage) {
   Harness h;
   ConnBuilder c(0xBB, 100, 8000, 40000);

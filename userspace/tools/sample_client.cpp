@@ -36,6 +36,10 @@ const char* kUsage = R"(usage: sample-client [options]
   --tokens N              "max_tokens" in the request body (default: omitted, server decides)
   --concurrency C         parallel connections, one thread each (default 1)
   --requests R            requests per connection, sequential, keep-alive (default 1)
+  --connection keep-alive|close|new  keep-alive (default); close: send "Connection: close" (the server
+                          closes first); new: a new connection per request, closed by the client
+  --abort-after N         close the connection after N SSE events of a response (a user pressing stop;
+                          0 = read to the end); an aborted response counts as ok
   --reader read|recv|recvmsg|readv|mixed  read syscall (default read; mixed rotates per read)
   --read-size BYTES       bytes asked per read call (default 16384)
   --read-delay-ms MS      sleep after each read (slow reader; default 0)
@@ -73,6 +77,8 @@ struct Config {
   std::string model = "infertap-sample";
   std::int64_t tokens = -1;
   std::int64_t concurrency = 1, requests = 1;
+  std::string connection = "keep-alive";  // keep-alive | close | new
+  std::int64_t abort_after = 0;
   Reader reader = Reader::read;
   std::int64_t read_size = 16384;
   double read_delay_ms = 0;
@@ -98,6 +104,7 @@ struct ReqResult {
   int status = 0;
   std::int64_t events = 0, content_events = 0, bytes = 0;
   std::int64_t request_sent_ns = 0, first_content_ns = 0, last_event_ns = 0;
+  bool aborted = false;  // the client closed before the response ended (--abort-after)
   bool ok = false;
   std::string error;
 };
@@ -442,7 +449,8 @@ std::string build_request() {
   if (!g_cfg.accept_encoding.empty()) r += "Accept-Encoding: " + g_cfg.accept_encoding + "\r\n";
   if (g_cfg.anthropic) r += "x-api-key: sk-ant-test\r\nanthropic-version: 2023-06-01\r\n";
   else r += "Authorization: Bearer sk-test\r\n";
-  r += "Connection: keep-alive\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n";
+  r += g_cfg.connection == "close" ? "Connection: close\r\n" : "Connection: keep-alive\r\n";
+  r += "Content-Length: " + std::to_string(b.size()) + "\r\n\r\n";
   r += b;
   return r;
 }
@@ -680,13 +688,17 @@ ReqResult run_request(Worker& w, std::int64_t req) {
         g_log.append(l);
       }
     }
+    if (g_cfg.abort_after > 0 && res.events >= g_cfg.abort_after && p.state() != ResponseParser::State::done) {
+      res.aborted = true;
+      break;
+    }
     if (delay_ms > 0 && p.state() != ResponseParser::State::done) it::sleep_ns(std::int64_t(delay_ms * 1e6));
   }
   if (p.state() == ResponseParser::State::error && res.error.empty()) res.error = "protocol: " + p.error();
   res.status = p.status;
   res.bytes = p.body_bytes;
-  res.ok = res.error.empty() && p.state() == ResponseParser::State::done;
-  if (!res.ok || p.close_after) {
+  res.ok = res.error.empty() && (p.state() == ResponseParser::State::done || res.aborted);
+  if (!res.ok || res.aborted || p.close_after || g_cfg.connection == "new") {
     ::close(w.fd);
     w.fd = -1;
   }
@@ -715,6 +727,7 @@ void log_summary(Worker& w, std::int64_t req, const ReqResult& r) {
   it::append_int(l, r.last_event_ns);
   l += ",\"body_bytes\":";
   it::append_int(l, r.bytes);
+  l += r.aborted ? ",\"aborted\":true" : ",\"aborted\":false";
   l += ",\"ok\":";
   l += r.ok ? "true" : "false";
   if (!r.error.empty()) {
@@ -768,7 +781,7 @@ double percentile(std::vector<double>& v, double q) {
 int main(int argc, char** argv) {
   it::Args a(kUsage);
   for (const char* o : {"host", "port", "path", "model", "tokens", "concurrency", "requests", "reader", "read-size",
-                        "read-delay-ms", "rcvbuf", "stall-after", "stall-ms", "accept-encoding", "prompt-bytes", "expect-status", "timeout-ms", "log"})
+                        "read-delay-ms", "rcvbuf", "connection", "abort-after", "stall-after", "stall-ms", "accept-encoding", "prompt-bytes", "expect-status", "timeout-ms", "log"})
     a.option(o);
   for (const char* f : {"anthropic", "no-stream", "usage"}) a.flag(f);
   if (!a.parse(argc, argv)) return 2;
@@ -781,6 +794,8 @@ int main(int argc, char** argv) {
   c.tokens = a.integer("tokens", -1);
   c.concurrency = std::max<std::int64_t>(1, a.integer("concurrency", 1));
   c.requests = std::max<std::int64_t>(1, a.integer("requests", 1));
+  c.connection = a.choice("connection", "keep-alive", {"keep-alive", "close", "new"});
+  c.abort_after = std::max<std::int64_t>(0, a.integer("abort-after", 0));
   std::string r = a.choice("reader", "read", {"read", "recv", "recvmsg", "readv", "mixed"});
   c.reader = r == "read"      ? Reader::read
              : r == "recv"    ? Reader::recv

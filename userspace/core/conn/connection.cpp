@@ -61,7 +61,7 @@ Connection::Decision Connection::on_data(const capture::IoEvent& event) {
     decision.role_decided = true;
   }
   const Flow flow = flow_of(event);
-  if (session_.accepts(flow)) feed(flow, event);
+  if (session_.accepts(flow)) decision.foreign = !feed(flow, event);
   return decision;
 }
 
@@ -78,10 +78,12 @@ void Connection::note_failed_call(const capture::IoEvent& event) {
   if (h.flags & ITAP_F_EOF) session_.end(Flow::inbound, h.ts_ns);
 }
 
-void Connection::feed(Flow flow, const capture::IoEvent& event) {
+// False when the event's sequence does not continue this connection.
+bool Connection::feed(Flow flow, const capture::IoEvent& event) {
   const itap_event& h = event.h();
   TcpCursor& cursor = flow == Flow::outbound ? outbound_cursor_ : inbound_cursor_;
   const TcpCursor::Placement at = cursor.place(h.seq_end, event.bytes());
+  if (at.foreign) return false;
   if (at.lost > 0) {
     counters_.bytes_lost += at.lost;
     StreamRecord* r = assembler_.active_stream();
@@ -107,6 +109,7 @@ void Connection::feed(Flow flow, const capture::IoEvent& event) {
   session_.feed(flow, piece);
   assembler_.end_piece();
   if (h.direction == ITAP_DIR_SEND && session_.role() == Role::server) note_send(event);
+  return true;
 }
 
 // A send that waited for buffer space, or moved less than asked: the reader

@@ -29,6 +29,10 @@ class Connection {
   struct Decision {
     bool role_decided = false;  // role() is known from this event on
     bool mute = false;          // not HTTP: stop following the socket
+    // The event's TCP sequence does not continue this connection's: the
+    // socket address now belongs to another connection (the event was not
+    // taken; the owner starts a new connection with it).
+    bool foreign = false;
   };
 
   Connection(ConnIdentity identity, const PipelineConfig& config, PipelineCounters& counters,
@@ -59,7 +63,7 @@ class Connection {
 
  private:
   void note_failed_call(const capture::IoEvent& event);
-  void feed(protocol::Flow flow, const capture::IoEvent& event);
+  bool feed(protocol::Flow flow, const capture::IoEvent& event);
   void note_send(const capture::IoEvent& event);
 
   ConnIdentity identity_;

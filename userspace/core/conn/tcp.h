@@ -20,10 +20,17 @@ inline bool seq_leq(std::uint32_t a, std::uint32_t b) { return static_cast<std::
 // call's bytes from the sequence the kernel reported after it.
 class TcpCursor {
  public:
+  // Past these, a jump of the sequence is not bytes lost but another
+  // connection's numbers: the socket address was reused without its close
+  // reaching userspace (a ring-buffer overflow dropped it).
+  static constexpr std::int64_t kMaxLostBytes = 64ll << 20;
+  static constexpr std::int64_t kMaxOverlapBytes = 1ll << 20;
+
   struct Placement {
     std::uint64_t position = 0;  // stream position of the call's first byte
     std::uint64_t lost = 0;      // bytes between the previous call and this one that never reached userspace
     std::uint32_t start_seq = 0; // TCP sequence of the call's first byte
+    bool foreign = false;        // the sequence does not continue this stream (nothing else is set)
   };
   // A call that moved `moved` bytes and left the sequence at `seq_end`.
   Placement place(std::uint32_t seq_end, std::uint64_t moved) {
@@ -33,6 +40,10 @@ class TcpCursor {
       // Bytes between what we last saw and this call were moved by events the
       // kernel could not deliver (full ring buffer): an exact hole.
       const auto missing = static_cast<std::int32_t>(p.start_seq - next_seq_);
+      if (missing > kMaxLostBytes || missing < -kMaxOverlapBytes) {
+        p.foreign = true;
+        return p;
+      }
       if (missing > 0) p.lost = static_cast<std::uint64_t>(missing);
     }
     started_ = true;
