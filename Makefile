@@ -1,5 +1,6 @@
 # infertap build. Layout follows libbpf-bootstrap / libbpf-tools:
-#   bpf/X.bpf.c --clang -target bpf--> build/X.bpf.o --bpftool gen skeleton--> build/X.skel.h
+#   bpf/**/X.bpf.c --clang -target bpf--> build/bpf/**/X.bpf.o
+#     --bpftool gen object--> build/infertap.bpf.o --bpftool gen skeleton--> build/infertap.skel.h
 #   userspace/**.cpp --g++ -std=c++20--> build/libinfertap.a + binaries
 # `make` builds everything but fuzzers; `make test` runs unit tests (no root);
 # `make fuzz` builds the libFuzzer harnesses; scripts/test.sh runs the whole suite.
@@ -19,9 +20,13 @@ LDLIBS    += -lbpf -lelf -lz -lsimdjson -lcpp-httplib -lyaml-cpp -pthread
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Wno-unused-function \
               -Iinclude -I$(dir $(VMLINUX)) -Ibpf
 
-BPF_SRCS   := $(wildcard bpf/*.bpf.c)
-BPF_OBJS   := $(patsubst bpf/%.bpf.c,$(OUT)/%.bpf.o,$(BPF_SRCS))
-SKELS      := $(patsubst bpf/%.bpf.c,$(OUT)/%.skel.h,$(BPF_SRCS))
+# Every bpf/**/*.bpf.c (one per attach set, plus the global copy function) is
+# compiled on its own and the objects are linked into one: one skeleton,
+# shared maps (bpf/maps/maps.bpf.h). A new program file needs no Makefile edit.
+BPF_SRCS   := $(shell find bpf -name '*.bpf.c' | sort)
+BPF_HDRS   := $(shell find bpf -name '*.bpf.h')
+BPF_OBJS   := $(patsubst bpf/%.bpf.c,$(OUT)/bpf/%.bpf.o,$(BPF_SRCS))
+SKELS      := $(OUT)/infertap.skel.h
 
 # Every product source under userspace/ is found by path: a new unit needs no
 # Makefile edit. Unit tests sit beside the code they test (*_test.cpp) or, when
@@ -65,11 +70,15 @@ $(OUT) $(OUT)/fuzz:
 vmlinux:
 	scripts/gen_vmlinux.sh
 
-$(OUT)/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.bpf.h) include/infertap/abi.h $(VMLINUX) | $(OUT)
+$(OUT)/bpf/%.bpf.o: bpf/%.bpf.c $(BPF_HDRS) include/infertap/abi.h $(VMLINUX)
+	@mkdir -p $(dir $@)
 	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+$(OUT)/infertap.bpf.o: $(BPF_OBJS)
+	$(BPFTOOL) gen object $@ $^
 	llvm-strip -g $@
 
-$(OUT)/%.skel.h: $(OUT)/%.bpf.o
+$(OUT)/infertap.skel.h: $(OUT)/infertap.bpf.o
 	$(BPFTOOL) gen skeleton $< > $@
 
 $(OUT)/obj/%.o: %.cpp $(SKELS)
