@@ -199,10 +199,12 @@ static __always_inline void emit_data_event(struct itap_scratch *rec, const stru
 	struct itap_event *e = (struct itap_event *)rec->data;
 	struct sock *sk = (struct sock *)a->sk;
 	bool send = a->direction == ITAP_DIR_SEND;
+	/* a copy of the key: a pointer into *a would keep all of it on the stack */
+	__u64 skey = a->sk;
 
 	fill_data_header(e, a, cp, ret, ts, id, flags);
 	if (!conn) /* the caller had none, or the socket was classified just now */
-		conn = bpf_map_lookup_elem(&itap_conns, &a->sk);
+		conn = bpf_map_lookup_elem(&itap_conns, &skey);
 	itap_fill_sock_cached(e, sk, conn);
 	note_sequence_state(e, sk, conn, send, ret);
 	if (flags & ITAP_F_NEW_SOCKET)
