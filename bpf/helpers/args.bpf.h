@@ -6,8 +6,9 @@
  * msghdr's iovec array).
  *
  * Register access goes through libbpf's arch macros (bpf_tracing.h, chosen by
- * -D__TARGET_ARCH_<arch>); only the syscall number has no libbpf macro and is
- * named here per arch.
+ * -D__TARGET_ARCH_<arch>: PT_REGS_PARMn_CORE_SYSCALL on a kernel pointer,
+ * PT_REGS_PARMn_SYSCALL on a local copy); the syscall number has no libbpf
+ * macro and is named here per arch, as is what the socket set copies.
  */
 #ifndef INFERTAP_ARGS_BPF_H
 #define INFERTAP_ARGS_BPF_H
@@ -29,11 +30,27 @@
 #define NR_recvfrom 45
 #define NR_sendmsg 46
 #define NR_recvmsg 47
-/* the syscall number in saved user registers, a local copy or a kernel pointer */
-#define ITAP_SYSCALL_NR(regs) ((regs)->orig_ax)
+/* the syscall number in the saved user registers */
 #define ITAP_SYSCALL_NR_CORE(regs) BPF_CORE_READ(regs, orig_ax)
-/* first argument, from a local copy of the registers */
-#define ITAP_SYSCALL_ARG1(regs) PT_REGS_PARM1_SYSCALL(regs)
+
+/*
+ * The socket set's copy of the saved user registers: all of struct pt_regs
+ * (168 bytes) in one read, its fields taken with libbpf's macros.
+ */
+struct itap_syscall_regs {
+	struct pt_regs regs;
+};
+
+static __always_inline bool read_syscall_regs(struct itap_syscall_regs *r, const struct pt_regs *saved)
+{
+	return bpf_probe_read_kernel(&r->regs, sizeof(r->regs), saved) == 0;
+}
+
+#define ITAP_REGS_NR(r) ((long)(r)->regs.orig_ax)
+#define ITAP_REGS_ARG1(r) PT_REGS_PARM1_SYSCALL(&(r)->regs)
+#define ITAP_REGS_ARG2(r) PT_REGS_PARM2_SYSCALL(&(r)->regs)
+#define ITAP_REGS_ARG3(r) PT_REGS_PARM3_SYSCALL(&(r)->regs)
+#define ITAP_REGS_ARG4(r) PT_REGS_PARM4_SYSCALL(&(r)->regs) /* r10, not rcx */
 #elif defined(__TARGET_ARCH_arm64)
 /* include/uapi/asm-generic/unistd.h (arm64 has no read/write aliases of its own) */
 #define NR_read 63
@@ -44,19 +61,35 @@
 #define NR_recvfrom 207
 #define NR_sendmsg 211
 #define NR_recvmsg 212
-#define ITAP_SYSCALL_NR(regs) ((regs)->syscallno)
 #define ITAP_SYSCALL_NR_CORE(regs) BPF_CORE_READ(regs, syscallno)
+
 /*
- * libbpf's PT_REGS_PARM1_SYSCALL is a CO-RE read of orig_x0 on arm64 (x0
- * becomes the return value); on a local copy the field is read directly.
+ * The socket set's copy of the saved user registers. arm64's struct pt_regs
+ * is 336 bytes, more than the program's stack has left, and the syscall
+ * number sits far from the arguments: x0..x3 and the number are read apart.
+ * The socket set runs inside the syscall, before x0 is overwritten by the
+ * return value, so x0 is still the first argument (libbpf's
+ * PT_REGS_PARM1_SYSCALL reads orig_x0, which stays right after the return).
  */
-#define ITAP_SYSCALL_ARG1(regs) ((regs)->orig_x0)
+struct itap_syscall_regs {
+	__u64 x[4];
+	__s32 nr;
+};
+
+static __always_inline bool read_syscall_regs(struct itap_syscall_regs *r, const struct pt_regs *saved)
+{
+	return bpf_probe_read_kernel(r->x, sizeof(r->x), &saved->regs[0]) == 0 &&
+	       bpf_probe_read_kernel(&r->nr, sizeof(r->nr), &saved->syscallno) == 0;
+}
+
+#define ITAP_REGS_NR(r) ((long)(r)->nr)
+#define ITAP_REGS_ARG1(r) ((r)->x[0])
+#define ITAP_REGS_ARG2(r) ((r)->x[1])
+#define ITAP_REGS_ARG3(r) ((r)->x[2])
+#define ITAP_REGS_ARG4(r) ((r)->x[3])
 #else
 #error "infertap: syscall numbers for this architecture are missing (build with -D__TARGET_ARCH_x86 or _arm64)"
 #endif
-#define ITAP_SYSCALL_ARG2(regs) PT_REGS_PARM2_SYSCALL(regs)
-#define ITAP_SYSCALL_ARG3(regs) PT_REGS_PARM3_SYSCALL(regs)
-#define ITAP_SYSCALL_ARG4(regs) PT_REGS_PARM4_SYSCALL(regs) /* x86: r10, not rcx */
 
 /* enum itap_syscall of a syscall number, 0 for any other syscall */
 static __always_inline __u8 syscall_of_nr(long nr)

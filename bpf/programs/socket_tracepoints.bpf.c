@@ -29,21 +29,19 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #endif
 
 /*
- * The call's buffer from the saved user registers, read whole at once: the
- * syscall number and its arguments. Bytes moved by anything but the eight
+ * The call's buffer from the saved user registers (helpers/args.bpf.h: one
+ * read on x86): the syscall number and its arguments. Bytes moved by anything but the eight
  * syscalls (sendfile, io_uring, kernel senders) are described by size only.
  */
 static __always_inline void describe_from_user_registers(struct itap_args *a, bool send, int ret)
 {
-	struct pt_regs regs;
-	__u8 sc;
+	struct itap_syscall_regs regs;
+	__u8 sc = 0;
 
-	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(bpf_get_current_task_btf())))
-		ITAP_SYSCALL_NR(&regs) = -1;
-	sc = syscall_of_nr((long)ITAP_SYSCALL_NR(&regs));
+	if (read_syscall_regs(&regs, (const struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf())))
+		sc = syscall_of_nr(ITAP_REGS_NR(&regs));
 	if (sc && syscall_sends(sc) == send) {
-		describe_buffer(a, sc, (int)ITAP_SYSCALL_ARG1(&regs), ITAP_SYSCALL_ARG2(&regs),
-				ITAP_SYSCALL_ARG3(&regs));
+		describe_buffer(a, sc, (int)ITAP_REGS_ARG1(&regs), ITAP_REGS_ARG2(&regs), ITAP_REGS_ARG3(&regs));
 	} else {
 		a->fd = -1;
 		a->direction = send ? ITAP_DIR_SEND : ITAP_DIR_RECV;
@@ -51,9 +49,9 @@ static __always_inline void describe_from_user_registers(struct itap_args *a, bo
 	}
 	/* the tracepoint carries no send flags: MSG_MORE is in the syscall's own */
 	if (sc == ITAP_SC_SENDTO)
-		a->more = (ITAP_SYSCALL_ARG4(&regs) & MSG_MORE) != 0;
+		a->more = (ITAP_REGS_ARG4(&regs) & MSG_MORE) != 0;
 	else if (sc == ITAP_SC_SENDMSG)
-		a->more = (ITAP_SYSCALL_ARG3(&regs) & MSG_MORE) != 0;
+		a->more = (ITAP_REGS_ARG3(&regs) & MSG_MORE) != 0;
 }
 
 static __always_inline int on_socket_io(struct sock *sk, int ret, int msg_flags, bool send)
