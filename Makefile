@@ -16,6 +16,14 @@ CXXFLAGS  ?= -O2 -g
 CXXFLAGS  += -std=c++20 -Wall -Wextra -Wno-missing-field-initializers -pthread
 CPPFLAGS  += -Iinclude -Iuserspace -Itests -I$(OUT)
 LDLIBS    += -lbpf -lelf -lz -lsimdjson -lcpp-httplib -lyaml-cpp -pthread
+# Libraries and headers of another arch, unpacked (scripts/arm64_sysroot.sh).
+SYSROOT   ?=
+TRIPLET   ?= aarch64-linux-gnu
+ifneq ($(SYSROOT),)
+CPPFLAGS  += -isystem $(SYSROOT)/usr/include -isystem $(SYSROOT)/usr/include/$(TRIPLET)
+LDFLAGS   += -L$(SYSROOT)/usr/lib/$(TRIPLET) -Wl,-rpath-link,$(SYSROOT)/usr/lib/$(TRIPLET) \
+             -Wl,-rpath-link,$(SYSROOT)/lib/$(TRIPLET)
+endif
 
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Wno-unused-function \
               -Iinclude -I$(dir $(VMLINUX)) -Ibpf
@@ -57,9 +65,19 @@ FUZZ_FLAGS := -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitiz
               -Iinclude -Iuserspace -I$(OUT)
 
 .DELETE_ON_ERROR:
-.PHONY: all bpf test unit integration bench fuzz clean vmlinux
+.PHONY: all bins bpf test unit integration bench fuzz clean vmlinux cross-arm64
 
 all: $(BINS) $(OUT)/unit_tests $(OUT)/integration_tests $(OUT)/bench_pipeline
+
+bins: $(BINS)
+
+# aarch64: the BPF objects against vmlinux/arm64/vmlinux.h and the product
+# binaries with Debian's cross compiler, linked against arm64 libraries
+# unpacked into build-arm64/sysroot (the host's packages stay as they are).
+# Tests run on the host only.
+cross-arm64:
+	scripts/arm64_sysroot.sh build-arm64/sysroot
+	$(MAKE) OUT=build-arm64 ARCH=arm64 CXX=$(TRIPLET)-g++ SYSROOT=build-arm64/sysroot bins
 
 bpf: $(SKELS)
 
@@ -89,16 +107,16 @@ $(LIB): $(LIB_OBJS)
 	ar rcs $@ $^
 
 $(OUT)/infertapd: $(OUT)/obj/userspace/infertapd.o $(LIB)
-	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 $(OUT)/infertap: $(OUT)/obj/userspace/cli/infertap.o $(LIB)
-	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 $(OUT)/sample-server: $(OUT)/obj/userspace/tools/sample_server.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread
 
 $(OUT)/sample-client: $(OUT)/obj/userspace/tools/sample_client.o
-	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread -lz
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ -o $@ -pthread -lz
 
 $(OUT)/send-loop: $(OUT)/obj/userspace/tools/send_loop.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread
