@@ -58,13 +58,13 @@ void install_libbpf_print() {
 }
 
 // Effective capability test without libcap.
-bool has_cap(int cap) {
+bool has_capability(int capability) {
   __user_cap_header_struct hdr{};
   __user_cap_data_struct data[2]{};
   hdr.version = _LINUX_CAPABILITY_VERSION_3;
   hdr.pid = 0;
   if (syscall(SYS_capget, &hdr, data) != 0) return false;
-  return (data[cap / 32].effective >> (cap % 32)) & 1u;
+  return (data[capability / 32].effective >> (capability % 32)) & 1u;
 }
 
 bool may_load_bpf() {
@@ -74,7 +74,7 @@ bool may_load_bpf() {
 #ifndef CAP_PERFMON
 #define CAP_PERFMON 38
 #endif
-  return has_cap(CAP_SYS_ADMIN) || (has_cap(CAP_BPF) && has_cap(CAP_PERFMON));
+  return has_capability(CAP_SYS_ADMIN) || (has_capability(CAP_BPF) && has_capability(CAP_PERFMON));
 }
 
 const char* kNeedCaps = "loading BPF programs needs CAP_BPF+CAP_PERFMON (or root)";
