@@ -12,6 +12,7 @@ packages=(
   prometheus                               # the Prometheus integration test scrapes the agent
   nginx haproxy                            # real gateways for the issue-3 path tests (started by the tests)
   python3-jsonschema                       # NDJSON records checked against docs/schema.json
+  g++-aarch64-linux-gnu                    # make cross-arm64 (its arm64 libraries: scripts/arm64_sysroot.sh)
 )
 
 if [ "$(id -u)" -ne 0 ]; then
