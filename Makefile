@@ -1,5 +1,6 @@
 # infertap build. Layout follows libbpf-bootstrap / libbpf-tools:
-#   bpf/X.bpf.c --clang -target bpf--> build/X.bpf.o --bpftool gen skeleton--> build/X.skel.h
+#   bpf/**/X.bpf.c --clang -target bpf--> build/bpf/**/X.bpf.o
+#     --bpftool gen object--> build/infertap.bpf.o --bpftool gen skeleton--> build/infertap.skel.h
 #   userspace/**.cpp --g++ -std=c++20--> build/libinfertap.a + binaries
 # `make` builds everything but fuzzers; `make test` runs unit tests (no root);
 # `make fuzz` builds the libFuzzer harnesses; scripts/test.sh runs the whole suite.
@@ -15,13 +16,25 @@ CXXFLAGS  ?= -O2 -g
 CXXFLAGS  += -std=c++20 -Wall -Wextra -Wno-missing-field-initializers -pthread
 CPPFLAGS  += -Iinclude -Iuserspace -Itests -I$(OUT)
 LDLIBS    += -lbpf -lelf -lz -lbrotlidec -lzstd -lsimdjson -lcpp-httplib -lyaml-cpp -pthread
+# Libraries and headers of another arch, unpacked (scripts/arm64_sysroot.sh).
+SYSROOT   ?=
+TRIPLET   ?= aarch64-linux-gnu
+ifneq ($(SYSROOT),)
+CPPFLAGS  += -isystem $(SYSROOT)/usr/include -isystem $(SYSROOT)/usr/include/$(TRIPLET)
+LDFLAGS   += -L$(SYSROOT)/usr/lib/$(TRIPLET) -Wl,-rpath-link,$(SYSROOT)/usr/lib/$(TRIPLET) \
+             -Wl,-rpath-link,$(SYSROOT)/lib/$(TRIPLET)
+endif
 
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Wno-unused-function \
               -Iinclude -I$(dir $(VMLINUX)) -Ibpf
 
-BPF_SRCS   := $(wildcard bpf/*.bpf.c)
-BPF_OBJS   := $(patsubst bpf/%.bpf.c,$(OUT)/%.bpf.o,$(BPF_SRCS))
-SKELS      := $(patsubst bpf/%.bpf.c,$(OUT)/%.skel.h,$(BPF_SRCS))
+# Every bpf/**/*.bpf.c (one per attach set, plus the global copy function) is
+# compiled on its own and the objects are linked into one: one skeleton,
+# shared maps (bpf/maps/maps.bpf.h). A new program file needs no Makefile edit.
+BPF_SRCS   := $(shell find bpf -name '*.bpf.c' | sort)
+BPF_HDRS   := $(shell find bpf -name '*.bpf.h')
+BPF_OBJS   := $(patsubst bpf/%.bpf.c,$(OUT)/bpf/%.bpf.o,$(BPF_SRCS))
+SKELS      := $(OUT)/infertap.skel.h
 
 # Every product source under userspace/ is found by path: a new unit needs no
 # Makefile edit. Unit tests sit beside the code they test (*_test.cpp) or, when
@@ -52,9 +65,19 @@ FUZZ_FLAGS := -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitiz
               -Iinclude -Iuserspace -I$(OUT)
 
 .DELETE_ON_ERROR:
-.PHONY: all bpf test unit integration bench fuzz clean vmlinux
+.PHONY: all bins bpf test unit integration bench fuzz clean vmlinux cross-arm64
 
 all: $(BINS) $(OUT)/unit_tests $(OUT)/integration_tests $(OUT)/bench_pipeline
+
+bins: $(BINS)
+
+# aarch64: the BPF objects against vmlinux/arm64/vmlinux.h and the product
+# binaries with Debian's cross compiler, linked against arm64 libraries
+# unpacked into build-arm64/sysroot (the host's packages stay as they are).
+# Tests run on the host only.
+cross-arm64:
+	scripts/arm64_sysroot.sh build-arm64/sysroot
+	$(MAKE) OUT=build-arm64 ARCH=arm64 CXX=$(TRIPLET)-g++ SYSROOT=build-arm64/sysroot bins
 
 bpf: $(SKELS)
 
@@ -65,11 +88,15 @@ $(OUT) $(OUT)/fuzz:
 vmlinux:
 	scripts/gen_vmlinux.sh
 
-$(OUT)/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.bpf.h) include/infertap/abi.h $(VMLINUX) | $(OUT)
+$(OUT)/bpf/%.bpf.o: bpf/%.bpf.c $(BPF_HDRS) include/infertap/abi.h $(VMLINUX)
+	@mkdir -p $(dir $@)
 	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+$(OUT)/infertap.bpf.o: $(BPF_OBJS)
+	$(BPFTOOL) gen object $@ $^
 	llvm-strip -g $@
 
-$(OUT)/%.skel.h: $(OUT)/%.bpf.o
+$(OUT)/infertap.skel.h: $(OUT)/infertap.bpf.o
 	$(BPFTOOL) gen skeleton $< > $@
 
 $(OUT)/obj/%.o: %.cpp $(SKELS)
@@ -80,16 +107,16 @@ $(LIB): $(LIB_OBJS)
 	rm -f $@ && ar rcs $@ $^  # a fresh archive: a moved source leaves no stale member
 
 $(OUT)/infertapd: $(OUT)/obj/userspace/infertapd.o $(LIB)
-	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 $(OUT)/infertap: $(OUT)/obj/userspace/cli/infertap.o $(LIB)
-	$(CXX) $(CXXFLAGS) $^ -o $@ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 $(OUT)/sample-server: $(OUT)/obj/userspace/tools/sample_server.o
-	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread -lz -lbrotlienc -lzstd
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ -o $@ -pthread -lz -lbrotlienc -lzstd
 
 $(OUT)/sample-client: $(OUT)/obj/userspace/tools/sample_client.o
-	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread -lz
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ -o $@ -pthread -lz
 
 $(OUT)/send-loop: $(OUT)/obj/userspace/tools/send_loop.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread

@@ -141,8 +141,10 @@ prog_cost() {  # $1 = label; rest = send-loop args
   local label=$1; shift
   agent_on sock
   build/send-loop "$@" --seconds "$SECONDS_PER_RUN" >/dev/null
-  bpftool prog show | grep -A2 -E "name itap_" | grep -oE "name [a-z_]+|run_time_ns [0-9]+|run_cnt [0-9]+" |
-    paste - - - | awk -v l="$label" '{ if ($6 > 0) printf "    %-32s %-16s %8d calls  %6.0f ns/call\n", l, $2, $6, $4 / $6 }'
+  # programs that never ran print no run_time_ns / run_cnt at all
+  bpftool -j prog show | jq -r '.[] | select((.name // "") | startswith("itap_")) | select((.run_cnt // 0) > 0) |
+    "\(.name) \(.run_time_ns) \(.run_cnt)"' |
+    awk -v l="$label" '{ printf "    %-32s %-16s %8d calls  %6.0f ns/call\n", l, $1, $3, $2 / $3 }'
   agent_off
 }
 stats_before=$(sysctl -n kernel.bpf_stats_enabled)

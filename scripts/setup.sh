@@ -6,12 +6,14 @@ set -euo pipefail
 packages=(
   make g++ clang llvm libclang-rt-14-dev   # userspace, BPF objects, libFuzzer + sanitizers
   bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config
+  libbrotli-dev libzstd-dev                # compressed response bodies (gzip: zlib1g-dev)
   libcli11-dev nlohmann-json3-dev libsimdjson-dev libcpp-httplib-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   curl jq iproute2 python3 python3-yaml procps util-linux
   prometheus                               # the Prometheus integration test scrapes the agent
   nginx haproxy                            # real gateways for the issue-3 path tests (started by the tests)
   python3-jsonschema                       # NDJSON records checked against docs/schema.json
+  g++-aarch64-linux-gnu                    # make cross-arm64 (its arm64 libraries: scripts/arm64_sysroot.sh)
 )
 
 if [ "$(id -u)" -ne 0 ]; then

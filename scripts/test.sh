@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs dependencies, builds, then runs unit tests,
-# each libFuzzer harness briefly (ASan/UBSan), the BPF integration tests (root:
-# real programs, real servers and clients), the layer order of the includes,
-# the deploy manifests and a short benchmark smoke run.
+# each libFuzzer harness briefly (ASan/UBSan), the aarch64 cross build, the BPF
+# integration tests (root: real programs, real servers and clients), the layer
+# order of the includes, the deploy manifests and a short benchmark smoke run.
 # Prints "N passed, N failed" last; exits non-zero on any failure.
 #
 #   FUZZ_SECONDS=20   seconds per fuzzer
@@ -72,6 +72,13 @@ for f in build/fuzz/fuzz_*; do
   case "$f" in *.log|*-crash-*|*-leak-*|*-timeout-*) continue ;; esac
   run_fuzzer "$f"
 done
+echo "== aarch64 build (BPF objects and product binaries, cross-compiled; tests run on this host)"
+if make -j"$jobs" cross-arm64 >build/cross-arm64.log 2>&1; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); failures+=("aarch64 build"); tail -30 build/cross-arm64.log
+fi
+
 run_gtest "integration tests (BPF, root)" build/integration_tests
 
 echo "== layers (includes point down: scripts/check_layers.py)"

@@ -2,9 +2,10 @@
 /*
  * The kernel/user ABI of infertap: every struct that crosses the ring buffer or
  * a BPF map is defined here once and included by both the BPF programs and the
- * C++ userspace. Userspace pins the layout with static_asserts (see
- * userspace/capture/abi_check.h), so a change here that shifts a field fails the
- * build instead of corrupting decoding.
+ * C++ userspace. The layout is pinned by the assertions at the end of this
+ * file, which both compilers check (clang -target bpf for the programs, g++
+ * for userspace), so a change here that shifts a field fails the build instead
+ * of corrupting decoding.
  *
  * Only fixed-width types; no pointers; explicit padding.
  */
@@ -16,8 +17,6 @@
 #else
 #include <linux/types.h>
 #endif
-
-#define ITAP_ABI_VERSION 1
 
 #define ITAP_COMM_LEN 16
 
@@ -63,11 +62,11 @@ enum itap_direction {
 enum itap_syscall {
 	ITAP_SC_WRITE = 1,
 	ITAP_SC_WRITEV = 2,
-	ITAP_SC_SENDTO = 3, /* send(2) is sendto(2) on x86_64 */
+	ITAP_SC_SENDTO = 3, /* send(2) is sendto(2) on x86_64 and arm64 */
 	ITAP_SC_SENDMSG = 4,
 	ITAP_SC_READ = 5,
 	ITAP_SC_READV = 6,
-	ITAP_SC_RECVFROM = 7, /* recv(2) is recvfrom(2) on x86_64 */
+	ITAP_SC_RECVFROM = 7, /* recv(2) is recvfrom(2) on x86_64 and arm64 */
 	ITAP_SC_RECVMSG = 8,
 };
 
@@ -84,7 +83,7 @@ enum itap_event_flags {
 /*
  * Slots of itap_follow_hint: followed sockets counted by a hash of their
  * address, so the programs that run for every TCP segment on the host turn
- * away an unfollowed socket with an array lookup (see infertap.bpf.c).
+ * away an unfollowed socket with an array lookup (see bpf/maps/maps.bpf.h).
  */
 #define ITAP_HINT_SLOTS 65536
 
@@ -174,7 +173,7 @@ struct itap_event {
 	 * carried on the read that follows it instead of its own ITAP_PATH_ARRIVED
 	 * event. A reader that keeps up gets every arrival this way, at no ring
 	 * record of its own; only an arrival that finds an earlier one still
-	 * unread is sent alone (see itap_path.bpf.h). 0 = none.
+	 * unread is sent alone (see bpf/programs/delivery_signals.bpf.c). 0 = none.
 	 */
 	__u64 arrived_ns;
 	__u32 arrived_seq; /* rcv_nxt at that arrival */
@@ -232,5 +231,51 @@ struct itap_conn {
 	__u32 arr_taken_seq; /* arr_seq of the last arrival a read carried */
 	__u64 arr_ns;        /* 0 = none yet */
 };
+
+/*
+ * The layout, pinned: checked by clang -target bpf (C11 _Static_assert) and by
+ * g++ (static_assert), so both sides fail to build when a field moves.
+ */
+#ifdef __cplusplus
+#define ITAP_ABI_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define ITAP_ABI_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+#define ITAP_ABI_OFFSET(type, field, off) \
+	ITAP_ABI_ASSERT(__builtin_offsetof(struct type, field) == (off), #type "." #field " moved: update BPF and userspace together")
+
+ITAP_ABI_ASSERT(sizeof(struct itap_event) == 152, "itap_event layout changed: update BPF and userspace together");
+ITAP_ABI_ASSERT(sizeof(struct itap_event) % 8 == 0, "ring buffer records must keep 8-byte alignment of payload");
+ITAP_ABI_OFFSET(itap_event, ts_ns, 0);
+ITAP_ABI_OFFSET(itap_event, sock_id, 16);
+ITAP_ABI_OFFSET(itap_event, ret, 32);
+ITAP_ABI_OFFSET(itap_event, pid, 48);
+ITAP_ABI_OFFSET(itap_event, seq_end, 60);
+ITAP_ABI_OFFSET(itap_event, kind, 64);
+ITAP_ABI_OFFSET(itap_event, family, 68);
+ITAP_ABI_OFFSET(itap_event, head_len, 76);
+ITAP_ABI_OFFSET(itap_event, local_addr, 80);
+ITAP_ABI_OFFSET(itap_event, remote_addr, 96);
+ITAP_ABI_OFFSET(itap_event, srtt_us, 112);
+ITAP_ABI_OFFSET(itap_event, comm, 120);
+ITAP_ABI_OFFSET(itap_event, arrived_ns, 136);
+ITAP_ABI_OFFSET(itap_event, arrived_seq, 144);
+ITAP_ABI_ASSERT(sizeof(struct itap_conn) == 88, "itap_conn layout changed: update BPF and userspace together");
+ITAP_ABI_OFFSET(itap_conn, arr_ns, 80);
+ITAP_ABI_ASSERT(sizeof(struct itap_path_event) == 72, "itap_path_event layout changed: update BPF and userspace together");
+/* consumers dispatch on these before the struct is known */
+#define ITAP_ABI_SAME_OFFSET(field)                                                                 \
+	ITAP_ABI_ASSERT(__builtin_offsetof(struct itap_path_event, field) ==                         \
+				__builtin_offsetof(struct itap_event, field),                                 \
+			"itap_path_event." #field " must sit where itap_event has it")
+ITAP_ABI_SAME_OFFSET(ts_ns);
+ITAP_ABI_SAME_OFFSET(sock_id);
+ITAP_ABI_SAME_OFFSET(kind);
+ITAP_ABI_OFFSET(itap_path_event, seq, 24);
+ITAP_ABI_OFFSET(itap_path_event, path_kind, 66);
+ITAP_ABI_ASSERT((ITAP_HEAD_MAX & (ITAP_HEAD_MAX - 1)) == 0, "head cap must be a power of two (BPF masks)");
+ITAP_ABI_ASSERT((ITAP_TAIL_MAX & (ITAP_TAIL_MAX - 1)) == 0, "tail cap must be a power of two (BPF masks)");
+ITAP_ABI_ASSERT((ITAP_HINT_SLOTS & (ITAP_HINT_SLOTS - 1)) == 0, "follow-hint slots must be a power of two (BPF masks)");
+ITAP_ABI_ASSERT(ITAP_HEAD_DEFAULT <= ITAP_HEAD_MAX && ITAP_TAIL_DEFAULT <= ITAP_TAIL_MAX, "defaults within the caps");
 
 #endif /* INFERTAP_ABI_H */

@@ -1,5 +1,6 @@
-// Loader of the syscall capture (bpf/infertap.bpf.c): feature probes, attach
-// method choice, rodata and filter maps, ring-buffer draining, counters.
+// Loader of the kernel side (bpf/: one object linked from the program files):
+// feature probes, attach set choice, rodata and filter maps, ring-buffer
+// draining, counters.
 #include "capture/loader.h"
 
 #include <bpf/bpf.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -22,6 +24,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/clock.h"
 #include "capture/abi_check.h"
 #include "infertap.skel.h"
 
@@ -55,13 +58,13 @@ void install_libbpf_print() {
 }
 
 // Effective capability test without libcap.
-bool has_cap(int cap) {
+bool has_capability(int capability) {
   __user_cap_header_struct hdr{};
   __user_cap_data_struct data[2]{};
   hdr.version = _LINUX_CAPABILITY_VERSION_3;
   hdr.pid = 0;
   if (syscall(SYS_capget, &hdr, data) != 0) return false;
-  return (data[cap / 32].effective >> (cap % 32)) & 1u;
+  return (data[capability / 32].effective >> (capability % 32)) & 1u;
 }
 
 bool may_load_bpf() {
@@ -71,7 +74,7 @@ bool may_load_bpf() {
 #ifndef CAP_PERFMON
 #define CAP_PERFMON 38
 #endif
-  return has_cap(CAP_SYS_ADMIN) || (has_cap(CAP_BPF) && has_cap(CAP_PERFMON));
+  return has_capability(CAP_SYS_ADMIN) || (has_capability(CAP_BPF) && has_capability(CAP_PERFMON));
 }
 
 const char* kNeedCaps = "loading BPF programs needs CAP_BPF+CAP_PERFMON (or root)";
@@ -111,7 +114,8 @@ std::string prog_target(const bpf_program* prog) {
   return sec ? sec : bpf_program__name(prog);
 }
 
-std::string attach_error(const bpf_program* prog, int err, bool tracepoint) {
+std::string attach_error(const bpf_program* prog, int err) {
+  const bool tracepoint = bpf_program__type(prog) == BPF_PROG_TYPE_TRACEPOINT;
   err = err < 0 ? -err : err;
   std::string what = "attaching " + std::string(bpf_program__name(prog)) + " to " + prog_target(prog) + " failed: ";
   if (err == EPERM || err == EACCES)
@@ -125,12 +129,6 @@ std::string attach_error(const bpf_program* prog, int err, bool tracepoint) {
 }
 
 bool is_pow2(std::uint32_t v) { return v && !(v & (v - 1)); }
-
-std::uint64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return std::uint64_t(ts.tv_sec) * 1000000000ull + std::uint64_t(ts.tv_nsec);
-}
 
 const char* const kSyscalls[] = {"write", "writev", "sendto", "sendmsg", "read", "readv", "recvfrom", "recvmsg"};
 
@@ -147,22 +145,67 @@ std::string missing_syscall_tracepoints() {
   return missing;
 }
 
+// Kernel BTF, read once per open and asked by every probe below.
+using KernelBtf = std::unique_ptr<btf, decltype(&btf__free)>;
+
+KernelBtf load_kernel_btf() { return KernelBtf(btf__load_vmlinux_btf(), btf__free); }
+
+// The kernel has raw tracepoint `name` (its btf_trace_<name> typedef).
+bool has_raw_tracepoint(const btf* vmlinux, const char* name) {
+  const std::string type = std::string("btf_trace_") + name;
+  return vmlinux && btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) > 0;
+}
+
 // Empty when this kernel has the raw tracepoints sock_send_length and
 // sock_recv_length (6.3+) and lets tracing programs read a task's user
 // registers (bpf_task_pt_regs, 5.15+); else why not. Probed from BTF and by
 // loading trivial programs, so no tracefs is needed.
-std::string socket_tracepoints_problem() {
-  btf* vmlinux = btf__load_vmlinux_btf();
+std::string socket_tracepoints_problem(const btf* vmlinux) {
   if (!vmlinux) return "kernel BTF (/sys/kernel/btf/vmlinux) is unavailable";
-  const bool send = btf__find_by_name_kind(vmlinux, "btf_trace_sock_send_length", BTF_KIND_TYPEDEF) > 0;
-  const bool recv = btf__find_by_name_kind(vmlinux, "btf_trace_sock_recv_length", BTF_KIND_TYPEDEF) > 0;
-  btf__free(vmlinux);
-  if (!send || !recv) return "tracepoints sock_send_length/sock_recv_length missing (kernel < 6.3)";
+  if (!has_raw_tracepoint(vmlinux, "sock_send_length") || !has_raw_tracepoint(vmlinux, "sock_recv_length"))
+    return "tracepoints sock_send_length/sock_recv_length missing (kernel < 6.3)";
   if (libbpf_probe_bpf_helper(BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_FUNC_task_pt_regs, nullptr) != 1 ||
       libbpf_probe_bpf_helper(BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_FUNC_get_current_task_btf, nullptr) != 1)
     return "BPF helpers task_pt_regs/get_current_task_btf unavailable to raw tracepoints (kernel < 5.15)";
   return "";
 }
+
+// Delivery signals: each raw tracepoint this kernel has is used; a missing one
+// only turns its vantage off.
+struct DeliveryProbe {
+  const char* tracepoint;
+  const char* gives;
+  bpf_program* (*program)(const infertap_bpf*);
+};
+constexpr DeliveryProbe kDeliveryProbes[] = {
+    {"tcp_probe", "acked times, peer window (zero-window episodes)",
+     [](const infertap_bpf* s) { return s->progs.itap_tcp_ack; }},
+    {"sk_data_ready", "arrived times at local receivers", [](const infertap_bpf* s) { return s->progs.itap_data_ready; }},
+    {"tcp_retransmit_skb", "retransmission counts", [](const infertap_bpf* s) { return s->progs.itap_retransmit; }},
+    {"sock_exceed_buf_limit", "socket memory-limit episodes",
+     [](const infertap_bpf* s) { return s->progs.itap_buf_limit; }},
+};
+
+// Each attach set runs the same capture code (bpf/programs/):
+//   sock: sock:sock_{send,recv}_length run only on socket I/O;
+//   syscalls: the 8 syscall tracepoints, for every fd;
+//   raw: raw sys_enter/sys_exit, on every syscall (no tracefs needed).
+enum class AttachSet { sock, syscalls, raw };
+
+// Which programs load, decided before the object is opened.
+struct ProgramChoice {
+  AttachSet set = AttachSet::raw;
+  bool send_start = false;        // socket set: tcp_sendmsg_locked stamps send starts
+  bool state_tracepoint = false;  // inet_sock_set_state as a tracepoint (else raw)
+  std::vector<const DeliveryProbe*> delivery;
+};
+
+// Why each attach set cannot be used ("" = it can).
+struct AttachSetProblems {
+  std::string sock;
+  std::string syscalls;
+  bool tracefs_ready = false;  // tracefs was needed, and is mounted
+};
 
 }  // namespace
 
@@ -183,6 +226,24 @@ std::string ensure_tracefs() {
   }
   if (!exists(events)) return std::string("tracefs mounted at ") + kTracefs + " but it has no events/ directory";
   return "";
+}
+
+std::optional<AttachMethod> parse_attach_method(std::string_view name) {
+  std::string lower(name);
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (AttachMethod m : kAttachMethods)
+    if (to_string(m) == lower) return m;
+  return std::nullopt;
+}
+
+std::string_view to_string(AttachMethod method) {
+  switch (method) {
+    case AttachMethod::automatic: return "auto";
+    case AttachMethod::socket_tracepoints: return "sock";
+    case AttachMethod::tracepoints: return "tracepoint";
+    case AttachMethod::raw_tracepoints: return "raw_tp";
+  }
+  return "auto";
 }
 
 struct Capture::Impl {
@@ -233,50 +294,222 @@ struct Capture::Impl {
   }
 };
 
+// The steps of Capture::open, in order. Each returns "" or the error to report,
+// and notes every decision it takes with its reason.
+namespace {
+
+using Notes = std::vector<LoadNote>;
+
+std::string validate_config(const CaptureConfig& config) {
+  if (config.head_bytes < kMinHeadBytes || config.head_bytes > ITAP_HEAD_MAX)
+    return "head_bytes must be in [" + std::to_string(kMinHeadBytes) + ", " + std::to_string(ITAP_HEAD_MAX) +
+           "] (got " + std::to_string(config.head_bytes) + ")";
+  if (config.tail_bytes > ITAP_TAIL_MAX)
+    return "tail_bytes must be at most " + std::to_string(ITAP_TAIL_MAX) + " (got " +
+           std::to_string(config.tail_bytes) + ")";
+  const long page = sysconf(_SC_PAGESIZE);
+  if (!is_pow2(config.ringbuf_bytes) || config.ringbuf_bytes < std::uint32_t(page > 0 ? page : 4096))
+    return "ringbuf_bytes must be a power of two and at least one page (got " +
+           std::to_string(config.ringbuf_bytes) + ")";
+  return "";
+}
+
+std::string check_privileges_and_features() {
+  if (!may_load_bpf()) return kNeedCaps;
+  if (!exists(kBtf))
+    return std::string("kernel BTF is missing at ") + kBtf +
+           ": infertap's CO-RE programs need a kernel built with CONFIG_DEBUG_INFO_BTF=y";
+  // Kernels >= 5.11 charge BPF memory to the memory cgroup; on older ones a
+  // low RLIMIT_MEMLOCK fails map creation. Raising it is best effort.
+  rlimit rl{RLIM_INFINITY, RLIM_INFINITY};
+  (void)setrlimit(RLIMIT_MEMLOCK, &rl);
+  return "";
+}
+
+// What stands in the way of each attach set. Mounts tracefs only when a set
+// that needs it may be chosen.
+AttachSetProblems probe_attach_sets(const CaptureConfig& config, const btf* vmlinux, Notes& notes) {
+  AttachSetProblems problems;
+  problems.sock = socket_tracepoints_problem(vmlinux);
+  const bool want_tracefs = config.attach == AttachMethod::tracepoints ||
+                            (config.attach == AttachMethod::automatic && !problems.sock.empty());
+  std::string tracefs_problem = "not needed";
+  if (want_tracefs) {
+    const bool mounted = exists(std::string(kTracefs) + "/events");
+    tracefs_problem = ensure_tracefs();
+    if (tracefs_problem.empty() && !mounted)
+      notes.push_back({std::string("mounted tracefs at ") + kTracefs, "it was not mounted"});
+  }
+  problems.tracefs_ready = tracefs_problem.empty();
+  if (!tracefs_problem.empty()) {
+    problems.syscalls = "tracefs unavailable: " + tracefs_problem;
+  } else if (std::string missing = missing_syscall_tracepoints(); !missing.empty()) {
+    problems.syscalls = "syscall tracepoints missing from tracefs: " + missing;
+  }
+  return problems;
+}
+
+std::string choose_attach_set(const CaptureConfig& config, const AttachSetProblems& problems,
+                              ProgramChoice& choice, Notes& notes) {
+  const char* const kSockNote = "attach: raw tracepoints sock_send_length + sock_recv_length";
+  const char* const kSyscallsNote =
+      "attach: tracepoints syscalls:sys_{enter,exit}_{write,writev,sendto,sendmsg,read,readv,recvfrom,recvmsg}";
+  const char* const kRawNote = "attach: raw tracepoints sys_enter/sys_exit (every syscall, filtered by number)";
+  switch (config.attach) {
+    case AttachMethod::socket_tracepoints:
+      if (!problems.sock.empty()) return "socket tracepoints were requested but cannot be used: " + problems.sock;
+      choice.set = AttachSet::sock;
+      notes.push_back({kSockNote, "chosen by configuration"});
+      break;
+    case AttachMethod::tracepoints:
+      if (!problems.syscalls.empty())
+        return "syscall tracepoints were requested but cannot be used: " + problems.syscalls;
+      choice.set = AttachSet::syscalls;
+      notes.push_back({kSyscallsNote, "chosen by configuration"});
+      break;
+    case AttachMethod::raw_tracepoints:
+      choice.set = AttachSet::raw;
+      notes.push_back({kRawNote, "chosen by configuration"});
+      break;
+    case AttachMethod::automatic:
+      if (problems.sock.empty()) {
+        choice.set = AttachSet::sock;
+        notes.push_back({kSockNote, "only socket I/O runs a program; other syscalls cost nothing"});
+      } else if (problems.syscalls.empty()) {
+        choice.set = AttachSet::syscalls;
+        notes.push_back({kSyscallsNote, "socket tracepoints unusable: " + problems.sock});
+      } else {
+        choice.set = AttachSet::raw;
+        notes.push_back({kRawNote, problems.sock + "; " + problems.syscalls});
+      }
+      break;
+  }
+  return "";
+}
+
+// The programs that go with the attach set: send starts (socket set, 6.1+)
+// and which variant of the TCP state program.
+void choose_companions(const btf* vmlinux, const AttachSetProblems& problems, ProgramChoice& choice, Notes& notes) {
+  if (choice.set == AttachSet::sock) {
+    choice.send_start = has_raw_tracepoint(vmlinux, "tcp_sendmsg_locked");
+    if (!choice.send_start)
+      notes.push_back({"send durations not measured", "tracepoint tcp_sendmsg_locked missing (kernel < 6.1)"});
+  }
+  // The socket set needs no tracefs at all: its state program attaches raw too.
+  choice.state_tracepoint = choice.set != AttachSet::sock && problems.tracefs_ready &&
+                            exists(std::string(kTracefs) + "/events/sock/inet_sock_set_state/id");
+  if (!choice.state_tracepoint)
+    notes.push_back({"attach: raw tracepoint inet_sock_set_state", "tracepoint sock:inet_sock_set_state unavailable"});
+}
+
+void choose_delivery_probes(const CaptureConfig& config, const btf* vmlinux, ProgramChoice& choice, Notes& notes) {
+  if (!config.path_signals) {
+    notes.push_back({"delivery signals off (acked, arrived, TCP context)", "disabled by configuration"});
+    return;
+  }
+  if (!vmlinux) {
+    notes.push_back({"delivery signals off", "kernel BTF unreadable: cannot tell which tracepoints exist"});
+    return;
+  }
+  std::string used;
+  for (const DeliveryProbe& probe : kDeliveryProbes) {
+    if (has_raw_tracepoint(vmlinux, probe.tracepoint)) {
+      choice.delivery.push_back(&probe);
+      used += (used.empty() ? "" : " + ") + std::string(probe.tracepoint);
+    } else {
+      notes.push_back({std::string("no ") + probe.gives,
+                       std::string("tracepoint ") + probe.tracepoint + " missing from this kernel"});
+    }
+  }
+  if (!used.empty()) notes.push_back({"attach: raw tracepoints " + used, "delivery signals of followed sockets"});
+}
+
+std::string open_and_configure(const CaptureConfig& config, Capture::Impl& impl) {
+  impl.skel = infertap_bpf__open();
+  if (!impl.skel) return "opening the embedded BPF object failed: " + errstr(errno);
+  auto* rodata = impl.skel->rodata;
+  rodata->self_tgid = config.ignore_self ? static_cast<std::uint32_t>(getpid()) : 0;
+  rodata->filter_pids = !config.pids.empty();
+  rodata->filter_cgroups = !config.cgroup_ids.empty();
+  rodata->filter_ports = !config.ports.empty();
+  rodata->head_bytes = config.head_bytes;
+  rodata->tail_bytes = config.tail_bytes;
+  rodata->wakeup_bytes = config.wakeup_bytes;
+  if (int e = bpf_map__set_max_entries(impl.skel->maps.itap_rb, config.ringbuf_bytes); e)
+    return "sizing the ring buffer failed: " + errstr(e);
+  return "";
+}
+
+// Autoload exactly the chosen programs, named through the skeleton: a program
+// renamed in bpf/ fails to compile here instead of silently not loading, and
+// one added without a decision here stays unloaded.
+void select_programs(infertap_bpf* skel, const ProgramChoice& choice) {
+  bpf_program* prog;
+  bpf_object__for_each_program(prog, skel->obj) bpf_program__set_autoload(prog, false);
+  const auto load = [](bpf_program* p, bool on) { bpf_program__set_autoload(p, on); };
+  auto& p = skel->progs;
+  const bool syscalls = choice.set == AttachSet::syscalls;
+  for (bpf_program* tp : {p.itap_enter_write, p.itap_enter_writev, p.itap_enter_sendto, p.itap_enter_sendmsg,
+                          p.itap_enter_read, p.itap_enter_readv, p.itap_enter_recvfrom, p.itap_enter_recvmsg,
+                          p.itap_exit_write, p.itap_exit_writev, p.itap_exit_sendto, p.itap_exit_sendmsg,
+                          p.itap_exit_read, p.itap_exit_readv, p.itap_exit_recvfrom, p.itap_exit_recvmsg})
+    load(tp, syscalls);
+  load(p.itap_raw_sys_enter, choice.set == AttachSet::raw);
+  load(p.itap_raw_sys_exit, choice.set == AttachSet::raw);
+  load(p.itap_sock_send, choice.set == AttachSet::sock);
+  load(p.itap_sock_recv, choice.set == AttachSet::sock);
+  load(p.itap_tcp_send_start, choice.set == AttachSet::sock && choice.send_start);
+  load(p.itap_tp_sock_state, choice.state_tracepoint);
+  load(p.itap_raw_sock_state, !choice.state_tracepoint);
+  for (const DeliveryProbe* probe : choice.delivery) load(probe->program(skel), true);
+}
+
+// Filter maps exist only after load.
+std::string fill_filters(const CaptureConfig& config, infertap_bpf* skel) {
+  const auto fill = [](bpf_map* map, const auto& keys, const char* what, const char* many) -> std::string {
+    const std::uint8_t one = 1;
+    for (const auto& key : keys) {
+      if (int e = bpf_map__update_elem(map, &key, sizeof(key), &one, sizeof(one), BPF_ANY))
+        return std::string("filling the ") + what + " filter failed (more than " +
+               std::to_string(bpf_map__max_entries(map)) + " " + many + "?): " + errstr(e);
+    }
+    return "";
+  };
+  std::string err = fill(skel->maps.itap_pid_filter, config.pids, "pid", "pids");
+  if (err.empty()) err = fill(skel->maps.itap_port_filter, config.ports, "port", "ports");
+  if (err.empty()) err = fill(skel->maps.itap_cgroup_filter, config.cgroup_ids, "cgroup", "cgroups");
+  return err;
+}
+
+// Before attach: nothing is lost.
+std::string open_ring_buffer(Capture::Impl& impl) {
+  impl.rb = ring_buffer__new(bpf_map__fd(impl.skel->maps.itap_rb), &Capture::Impl::on_record, &impl, nullptr);
+  if (!impl.rb) return "creating the ring-buffer consumer failed: " + errstr(errno);
+  return "";
+}
+
+std::string attach_programs(Capture::Impl& impl) {
+  bpf_program* prog;
+  bpf_object__for_each_program(prog, impl.skel->obj) {
+    if (!bpf_program__autoload(prog)) continue;
+    bpf_link* link = bpf_program__attach(prog);
+    if (!link) return attach_error(prog, errno);
+    impl.links.push_back(link);
+  }
+  return "";
+}
+
+}  // namespace
+
 Capture::Capture(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Capture::~Capture() = default;
 
 std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string* error) {
   std::string scratch_err;
   std::string& err = error ? *error : scratch_err;
-  err.clear();
-
-  // ---- configuration ----
-  if (config.head_bytes < kMinHeadBytes || config.head_bytes > ITAP_HEAD_MAX) {
-    err = "head_bytes must be in [" + std::to_string(kMinHeadBytes) + ", " + std::to_string(ITAP_HEAD_MAX) +
-          "] (got " + std::to_string(config.head_bytes) + ")";
-    return nullptr;
-  }
-  if (config.tail_bytes > ITAP_TAIL_MAX) {
-    err = "tail_bytes must be at most " + std::to_string(ITAP_TAIL_MAX) + " (got " +
-          std::to_string(config.tail_bytes) + ")";
-    return nullptr;
-  }
-  const long page = sysconf(_SC_PAGESIZE);
-  if (!is_pow2(config.ringbuf_bytes) || config.ringbuf_bytes < std::uint32_t(page > 0 ? page : 4096)) {
-    err = "ringbuf_bytes must be a power of two and at least one page (got " + std::to_string(config.ringbuf_bytes) +
-          ")";
-    return nullptr;
-  }
-
+  if (!(err = validate_config(config)).empty()) return nullptr;
   install_libbpf_print();
-
-  // ---- privileges and kernel features ----
-  if (!may_load_bpf()) {
-    err = kNeedCaps;
-    return nullptr;
-  }
-  if (!exists(kBtf)) {
-    err = std::string("kernel BTF is missing at ") + kBtf +
-          ": infertap's CO-RE programs need a kernel built with CONFIG_DEBUG_INFO_BTF=y";
-    return nullptr;
-  }
-  {
-    // Kernels >= 5.11 charge BPF memory to the memory cgroup; on older ones a
-    // low RLIMIT_MEMLOCK fails map creation. Raising it is best effort.
-    rlimit rl{RLIM_INFINITY, RLIM_INFINITY};
-    (void)setrlimit(RLIMIT_MEMLOCK, &rl);
-  }
+  if (!(err = check_privileges_and_features()).empty()) return nullptr;
 
   auto impl = std::make_unique<Impl>();
   impl->ncpus = libbpf_num_possible_cpus();
@@ -285,207 +518,22 @@ std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string*
     return nullptr;
   }
 
-  // ---- attach method, chosen before load (each set is the same capture code) ----
-  //   socket tracepoints: sock:sock_{send,recv}_length run only on socket I/O;
-  //   syscall tracepoints: run on the 8 syscalls, for every fd;
-  //   raw sys_enter/sys_exit: run on every syscall (no tracefs needed).
-  enum class Set { sock, syscalls, raw } set = Set::raw;
-  std::string sock_problem = socket_tracepoints_problem();
-  const bool want_tracefs = config.attach == AttachMethod::tracepoints ||
-                            (config.attach == AttachMethod::automatic && !sock_problem.empty());
-  std::string tracefs_problem = "not needed";
-  if (want_tracefs) {
-    const bool mounted = exists(std::string(kTracefs) + "/events");
-    tracefs_problem = ensure_tracefs();
-    if (tracefs_problem.empty() && !mounted)
-      impl->notes.push_back({std::string("mounted tracefs at ") + kTracefs, "it was not mounted"});
-  }
-  const auto has_event = [&](const char* path) {
-    return tracefs_problem.empty() && exists(std::string(kTracefs) + "/events/" + path + "/id");
-  };
-  std::string syscalls_problem;
-  if (!tracefs_problem.empty()) {
-    syscalls_problem = "tracefs unavailable: " + tracefs_problem;
-  } else if (std::string missing = missing_syscall_tracepoints(); !missing.empty()) {
-    syscalls_problem = "syscall tracepoints missing from tracefs: " + missing;
-  }
-  const char* const kSockNote = "attach: raw tracepoints sock_send_length + sock_recv_length";
-  const char* const kSyscallsNote =
-      "attach: tracepoints syscalls:sys_{enter,exit}_{write,writev,sendto,sendmsg,read,readv,recvfrom,recvmsg}";
-  const char* const kRawNote = "attach: raw tracepoints sys_enter/sys_exit (every syscall, filtered by number)";
-  switch (config.attach) {
-    case AttachMethod::socket_tracepoints:
-      if (!sock_problem.empty()) {
-        err = "socket tracepoints were requested but cannot be used: " + sock_problem;
-        return nullptr;
-      }
-      set = Set::sock;
-      impl->notes.push_back({kSockNote, "chosen by configuration"});
-      break;
-    case AttachMethod::tracepoints:
-      if (!syscalls_problem.empty()) {
-        err = "syscall tracepoints were requested but cannot be used: " + syscalls_problem;
-        return nullptr;
-      }
-      set = Set::syscalls;
-      impl->notes.push_back({kSyscallsNote, "chosen by configuration"});
-      break;
-    case AttachMethod::raw_tracepoints:
-      set = Set::raw;
-      impl->notes.push_back({kRawNote, "chosen by configuration"});
-      break;
-    case AttachMethod::automatic:
-      if (sock_problem.empty()) {
-        set = Set::sock;
-        impl->notes.push_back({kSockNote, "only socket I/O runs a program; other syscalls cost nothing"});
-      } else if (syscalls_problem.empty()) {
-        set = Set::syscalls;
-        impl->notes.push_back({kSyscallsNote, "socket tracepoints unusable: " + sock_problem});
-      } else {
-        set = Set::raw;
-        impl->notes.push_back({kRawNote, sock_problem + "; " + syscalls_problem});
-      }
-      break;
-  }
-  // In the socket set, send durations come from tcp_sendmsg_locked (6.1+).
-  bool send_start_available = false;
-  if (set == Set::sock) {
-    if (btf* vmlinux = btf__load_vmlinux_btf()) {
-      send_start_available =
-          btf__find_by_name_kind(vmlinux, "btf_trace_tcp_sendmsg_locked", BTF_KIND_TYPEDEF) > 0;
-      btf__free(vmlinux);
-    }
-    if (!send_start_available)
-      impl->notes.push_back({"send durations not measured", "tracepoint tcp_sendmsg_locked missing (kernel < 6.1)"});
-  }
-  // The socket set needs no tracefs at all: its state program attaches raw too.
-  const bool state_tp = set != Set::sock && has_event("sock/inet_sock_set_state");
-  if (!state_tp)
-    impl->notes.push_back({"attach: raw tracepoint inet_sock_set_state",
-                           "tracepoint sock:inet_sock_set_state unavailable"});
+  const KernelBtf vmlinux = load_kernel_btf();
+  ProgramChoice choice;
+  const AttachSetProblems problems = probe_attach_sets(config, vmlinux.get(), impl->notes);
+  if (!(err = choose_attach_set(config, problems, choice, impl->notes)).empty()) return nullptr;
+  choose_companions(vmlinux.get(), problems, choice, impl->notes);
+  choose_delivery_probes(config, vmlinux.get(), choice, impl->notes);
 
-  // Delivery signals: each raw tracepoint that this kernel has is used; a
-  // missing one only turns its vantage off.
-  struct PathProbe {
-    const char* section;
-    const char* tracepoint;
-    const char* gives;
-  };
-  static constexpr PathProbe kPathProbes[] = {
-      {"raw_tp/tcp_probe", "tcp_probe", "acked times, peer window (zero-window episodes)"},
-      {"raw_tp/sk_data_ready", "sk_data_ready", "arrived times at local receivers"},
-      {"raw_tp/tcp_retransmit_skb", "tcp_retransmit_skb", "retransmission counts"},
-      {"raw_tp/sock_exceed_buf_limit", "sock_exceed_buf_limit", "socket memory-limit episodes"},
-  };
-  std::vector<std::string> path_sections;
-  if (!config.path_signals) {
-    impl->notes.push_back({"delivery signals off (acked, arrived, TCP context)", "disabled by configuration"});
-  } else if (btf* vmlinux = btf__load_vmlinux_btf()) {
-    std::string used;
-    for (const PathProbe& p : kPathProbes) {
-      const std::string type = std::string("btf_trace_") + p.tracepoint;
-      if (btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) > 0) {
-        path_sections.emplace_back(p.section);
-        used += (used.empty() ? "" : " + ") + std::string(p.tracepoint);
-      } else {
-        impl->notes.push_back({std::string("no ") + p.gives, std::string("tracepoint ") + p.tracepoint +
-                                                                 " missing from this kernel"});
-      }
-    }
-    if (!used.empty()) impl->notes.push_back({"attach: raw tracepoints " + used, "delivery signals of followed sockets"});
-    btf__free(vmlinux);
-  } else {
-    impl->notes.push_back({"delivery signals off", "kernel BTF unreadable: cannot tell which tracepoints exist"});
-  }
-
-  // ---- open, configure, load ----
-  impl->skel = infertap_bpf__open();
-  if (!impl->skel) {
-    err = "opening the embedded BPF object failed: " + errstr(errno);
+  if (!(err = open_and_configure(config, *impl)).empty()) return nullptr;
+  select_programs(impl->skel, choice);
+  if (int e = infertap_bpf__load(impl->skel); e) {
+    err = load_error(e);
     return nullptr;
   }
-  auto* skel = impl->skel;
-  skel->rodata->self_tgid = config.ignore_self ? static_cast<std::uint32_t>(getpid()) : 0;
-  skel->rodata->filter_pids = !config.pids.empty();
-  skel->rodata->filter_cgroups = !config.cgroup_ids.empty();
-  skel->rodata->filter_ports = !config.ports.empty();
-  skel->rodata->head_bytes = config.head_bytes;
-  skel->rodata->tail_bytes = config.tail_bytes;
-  skel->rodata->wakeup_bytes = config.wakeup_bytes;
-  if (int e = bpf_map__set_max_entries(skel->maps.itap_rb, config.ringbuf_bytes); e) {
-    err = "sizing the ring buffer failed: " + errstr(e);
-    return nullptr;
-  }
-
-  bpf_program* prog;
-  bpf_object__for_each_program(prog, skel->obj) {
-    const std::string sec = bpf_program__section_name(prog);
-    bool load;
-    if (sec.rfind("tracepoint/syscalls/", 0) == 0)
-      load = set == Set::syscalls;
-    else if (sec == "raw_tp/sock_send_length" || sec == "raw_tp/sock_recv_length")
-      load = set == Set::sock;
-    else if (sec == "raw_tp/tcp_sendmsg_locked")
-      load = set == Set::sock && send_start_available;
-    else if (sec == "raw_tp/sys_enter" || sec == "raw_tp/sys_exit")
-      load = set == Set::raw;
-    else if (sec == "tracepoint/sock/inet_sock_set_state")
-      load = state_tp;
-    else if (sec == "raw_tp/inet_sock_set_state")
-      load = !state_tp;
-    else if (std::find(path_sections.begin(), path_sections.end(), sec) != path_sections.end())
-      load = true;
-    else
-      load = false;
-    bpf_program__set_autoload(prog, load);
-  }
-
-  if (int e = infertap_bpf__load(skel); e) {
-    err = load_error(e ? e : -errno);
-    return nullptr;
-  }
-
-  // ---- filters (maps exist only after load) ----
-  const std::uint8_t one = 1;
-  for (std::uint32_t pid : config.pids) {
-    if (int e = bpf_map__update_elem(skel->maps.itap_pid_filter, &pid, sizeof(pid), &one, sizeof(one), BPF_ANY)) {
-      err = "filling the pid filter failed (more than 4096 pids?): " + errstr(e);
-      return nullptr;
-    }
-  }
-  for (std::uint16_t port : config.ports) {
-    if (int e = bpf_map__update_elem(skel->maps.itap_port_filter, &port, sizeof(port), &one, sizeof(one), BPF_ANY)) {
-      err = "filling the port filter failed (more than 1024 ports?): " + errstr(e);
-      return nullptr;
-    }
-  }
-  for (std::uint64_t cg : config.cgroup_ids) {
-    if (int e = bpf_map__update_elem(skel->maps.itap_cgroup_filter, &cg, sizeof(cg), &one, sizeof(one), BPF_ANY)) {
-      err = "filling the cgroup filter failed (more than 4096 cgroups?): " + errstr(e);
-      return nullptr;
-    }
-  }
-
-  // ---- ring buffer consumer (before attach: nothing is lost) ----
-  impl->rb = ring_buffer__new(bpf_map__fd(skel->maps.itap_rb), &Impl::on_record, impl.get(), nullptr);
-  if (!impl->rb) {
-    err = "creating the ring-buffer consumer failed: " + errstr(errno);
-    return nullptr;
-  }
-
-  // ---- attach ----
-  bpf_object__for_each_program(prog, skel->obj) {
-    if (!bpf_program__autoload(prog)) continue;
-    bpf_link* link = bpf_program__attach(prog);
-    if (!link) {
-      const int e = errno;
-      const std::string sec = bpf_program__section_name(prog);
-      err = attach_error(prog, e, sec.rfind("tracepoint/", 0) == 0);
-      return nullptr;
-    }
-    impl->links.push_back(link);
-  }
-
+  if (!(err = fill_filters(config, impl->skel)).empty()) return nullptr;
+  if (!(err = open_ring_buffer(*impl)).empty()) return nullptr;
+  if (!(err = attach_programs(*impl)).empty()) return nullptr;
   return std::unique_ptr<Capture>(new Capture(std::move(impl)));
 }
 
@@ -517,13 +565,15 @@ void Capture::mute(std::uint64_t sock_id) {
   auto* conns = impl_->skel->maps.itap_conns;
   // Keep the entry's follow-hint mark, so the close still uncounts it. The
   // kernel may update other fields meanwhile; a muted socket's are unused.
+  // BPF_EXIST: a close that deleted the entry since the lookup wins, and the
+  // entry is not brought back for the next socket at that address.
   itap_conn old{};
-  const bool known = bpf_map__lookup_elem(conns, &sock_id, sizeof(sock_id), &old, sizeof(old), 0) == 0;
+  if (bpf_map__lookup_elem(conns, &sock_id, sizeof(sock_id), &old, sizeof(old), 0) != 0) return;
   itap_conn c{};
   c.verdict = ITAP_VERDICT_MUTED;
-  c.hinted = known ? old.hinted : 0;
-  c.first_seen_ns = now_ns();
-  (void)bpf_map__update_elem(conns, &sock_id, sizeof(sock_id), &c, sizeof(c), BPF_ANY);
+  c.hinted = old.hinted;
+  c.first_seen_ns = base::monotonic_ns();
+  (void)bpf_map__update_elem(conns, &sock_id, sizeof(sock_id), &c, sizeof(c), BPF_EXIST);
 }
 
 std::uint64_t Capture::followed_hint_total() const {

@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/counter.h"
@@ -21,6 +23,16 @@ enum class AttachMethod {
   tracepoints,         // syscalls:sys_{enter,exit}_<name>: runs on the 8 syscalls for every fd (tracefs)
   raw_tracepoints,     // raw sys_enter/sys_exit: runs on every syscall, filters by number (no tracefs)
 };
+
+// Every method, in the order automatic tries them (after automatic itself).
+inline constexpr AttachMethod kAttachMethods[] = {AttachMethod::automatic, AttachMethod::socket_tracepoints,
+                                                  AttachMethod::tracepoints, AttachMethod::raw_tracepoints};
+
+// The one spelling of each method in flags and configuration files: "auto",
+// "sock", "tracepoint", "raw_tp". Parsing ignores ASCII case; nullopt for any
+// other name.
+std::optional<AttachMethod> parse_attach_method(std::string_view name);
+std::string_view to_string(AttachMethod method);
 
 struct CaptureConfig {
   AttachMethod attach = AttachMethod::automatic;
@@ -105,6 +117,8 @@ class Capture {
   int drain(const RecordHandler& handler);
 
   // Stop sending events for a socket (userspace decided it is not a stream).
+  // Only a socket the kernel still holds is muted: one closed meanwhile stays
+  // gone (its address may be the next socket's).
   void mute(std::uint64_t sock_id);
   // Forget a socket: its next data is classified afresh. (Its follow-hint
   // count stays: see itap_follow_hint.)

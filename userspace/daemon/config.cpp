@@ -29,38 +29,17 @@ using base::YamlReader;
 using Read = Option::Read;
 
 // ---- attach method names ---------------------------------------------------
-// The one map of attach method names (--attach, capture.attach). The loader
-// is gaining capture::parse_attach_method / capture::to_string with the same
-// shape: these two go when it lands.
+// Spelled once, by the loader (capture::parse_attach_method, to_string).
 
-constexpr capture::AttachMethod kAttachMethods[] = {capture::AttachMethod::automatic,
-                                                    capture::AttachMethod::socket_tracepoints,
-                                                    capture::AttachMethod::tracepoints,
-                                                    capture::AttachMethod::raw_tracepoints};
-
-std::string_view to_string(capture::AttachMethod m) {
-  switch (m) {
-    case capture::AttachMethod::automatic: return "auto";
-    case capture::AttachMethod::socket_tracepoints: return "sock";
-    case capture::AttachMethod::tracepoints: return "tracepoint";
-    case capture::AttachMethod::raw_tracepoints: return "raw_tp";
-  }
-  return "auto";
-}
-
-std::optional<capture::AttachMethod> parse_attach_method(std::string_view name) {
-  for (capture::AttachMethod m : kAttachMethods) {
-    if (to_string(m) == name) return m;
-  }
-  return std::nullopt;
-}
+using capture::kAttachMethods;
+using capture::parse_attach_method;
 
 // "auto, sock, tracepoint or raw_tp" (separator ", ", last " or ")
 std::string attach_method_names(std::string_view separator, std::string_view last) {
   std::string out;
   for (std::size_t i = 0; i < std::size(kAttachMethods); ++i) {
     if (i) out += i + 1 == std::size(kAttachMethods) ? last : separator;
-    out += to_string(kAttachMethods[i]);
+    out += capture::to_string(kAttachMethods[i]);
   }
   return out;
 }

@@ -1,7 +1,7 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * Delivery signals of followed sockets: what happened to the bytes after the
- * send returned. Included at the end of infertap.bpf.c (shares its maps).
+ * send returned.
  *
  *   tcp_probe             an incoming segment on an established socket: its ACK
  *                         tells when the peer's kernel had our bytes (`acked`)
@@ -13,59 +13,31 @@
  *
  * These fire for every TCP socket on the host, in softirq context. A socket the
  * agent does not follow costs an array lookup (itap_follow_hint), or a map
- * lookup when its hint slot is shared with a followed one; a followed one emits only when
- * something changed (the ACK moved over data we sent, the window closed or
- * opened, new bytes arrived while earlier ones were unread), so the event rate
- * is bounded by the send rate.
- * All are raw tracepoints: no tracefs, no perf-buffer marshalling.
+ * lookup when its hint slot is shared with a followed one; a followed one emits
+ * only when something changed (the ACK moved over data we sent, the window
+ * closed or opened, new bytes arrived while earlier ones were unread), so the
+ * event rate is bounded by the send rate.
+ * All are raw tracepoints: no tracefs, no perf-buffer marshalling. The loader
+ * attaches each one the kernel has.
  */
-#ifndef ITAP_PATH_BPF_H
-#define ITAP_PATH_BPF_H
+#include "helpers/emit.bpf.h"
 
-static __always_inline struct itap_conn *followed_conn(__u64 skey)
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* The window a segment advertises, in bytes (scaled by the peer's wscale). */
+static __always_inline __u32 advertised_window(struct sock *sk, const struct tcphdr *th)
 {
-	struct itap_conn *conn;
+	struct tcp_options_received *rx = &((struct tcp_sock *)sk)->rx_opt;
+	__u32 wscale = BPF_CORE_READ_BITFIELD_PROBED(rx, snd_wscale);
 
-	if (!maybe_followed(skey))
-		return NULL;
-	conn = bpf_map_lookup_elem(&itap_conns, &skey);
-	if (!conn || conn->verdict != ITAP_VERDICT_FOLLOW)
-		return NULL;
-	return conn;
-}
-
-static __always_inline void emit_path_at(__u64 skey, struct sock *sk, __u8 path_kind, __u32 seq, __u32 window,
-					 __u64 value, __u64 ts)
-{
-	struct itap_path_event *e = bpf_ringbuf_reserve(&itap_rb, sizeof(*e), 0);
-
-	if (!e) {
-		drop_inc(ITAP_DROP_RINGBUF_FULL);
-		return;
-	}
-	__builtin_memset(e, 0, sizeof(*e));
-	e->ts_ns = ts;
-	e->sock_id = skey;
-	e->kind = ITAP_EV_PATH;
-	e->path_kind = path_kind;
-	e->seq = seq;
-	e->window = window;
-	e->value = value;
-	e->srtt_us = BPF_CORE_READ((struct tcp_sock *)sk, srtt_us) >> 3;
-	bpf_ringbuf_submit(e, rb_flags());
-	stat_inc(ITAP_STAT_EVENTS);
-}
-
-static __always_inline void emit_path(__u64 skey, struct sock *sk, __u8 path_kind, __u32 seq, __u32 window,
-				      __u64 value)
-{
-	emit_path_at(skey, sk, path_kind, seq, window, value, bpf_ktime_get_ns());
+	return (__u32)bpf_ntohs(th->window) << (wscale & 15);
 }
 
 /*
- * tcp_probe runs at the top of tcp_rcv_established, before the segment is
- * processed: the socket still holds the old snd_una, so the ACK number and
- * window are read from the segment's own TCP header (skb->data points at it).
+ * tcp_probe(struct sock *sk, struct sk_buff *skb) runs at the top of
+ * tcp_rcv_established, before the segment is processed: the socket still
+ * holds the old snd_una, so the ACK number and window are read from the
+ * segment's own TCP header (skb->data points at it).
  */
 SEC("raw_tp/tcp_probe")
 int itap_tcp_ack(struct bpf_raw_tracepoint_args *ctx)
@@ -92,12 +64,7 @@ int itap_tcp_ack(struct bpf_raw_tracepoint_args *ctx)
 	if (bpf_probe_read_kernel(&th, sizeof(th), BPF_CORE_READ(skb, data)) || !th.ack)
 		return 0;
 	ack = bpf_ntohl(th.ack_seq);
-	{
-		struct tcp_options_received *rx = &((struct tcp_sock *)sk)->rx_opt;
-		__u32 wscale = BPF_CORE_READ_BITFIELD_PROBED(rx, snd_wscale);
-
-		window = (__u32)bpf_ntohs(th.window) << (wscale & 15);
-	}
+	window = advertised_window(sk, &th);
 	/* over data we sent and had not seen acked yet */
 	moved = (__s32)(ack - conn->ack_seen) > 0 && (__s32)(conn->snd_end - conn->ack_seen) > 0;
 	zero = window == 0;
@@ -106,10 +73,11 @@ int itap_tcp_ack(struct bpf_raw_tracepoint_args *ctx)
 	if (moved)
 		conn->ack_seen = ack;
 	conn->zero_window = zero;
-	emit_path(skey, sk, ITAP_PATH_ACK, ack, window, 0);
+	emit_path_event(skey, sk, ITAP_PATH_ACK, ack, window, 0);
 	return 0;
 }
 
+/* sk_data_ready(const struct sock *sk) */
 SEC("raw_tp/sk_data_ready")
 int itap_data_ready(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -131,12 +99,13 @@ int itap_data_ready(struct bpf_raw_tracepoint_args *ctx)
 	 * so every arrival is reported, in order.
 	 */
 	if (conn->arr_ns && conn->arr_taken_seq != conn->arr_seq)
-		emit_path_at(skey, sk, ITAP_PATH_ARRIVED, conn->arr_seq, 0, 0, conn->arr_ns);
+		emit_path_event_at(skey, sk, ITAP_PATH_ARRIVED, conn->arr_seq, 0, 0, conn->arr_ns);
 	conn->arr_seq = rcv_nxt;
 	conn->arr_ns = bpf_ktime_get_ns();
 	return 0;
 }
 
+/* tcp_retransmit_skb(const struct sock *sk, const struct sk_buff *skb) */
 SEC("raw_tp/tcp_retransmit_skb")
 int itap_retransmit(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -149,10 +118,11 @@ int itap_retransmit(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	/* TCP_SKB_CB(skb)->seq: struct tcp_skb_cb lives in skb->cb, seq first */
 	bpf_probe_read_kernel(&seq, sizeof(seq), &skb->cb[0]);
-	emit_path(skey, sk, ITAP_PATH_RETRANSMIT, seq, 0, 0);
+	emit_path_event(skey, sk, ITAP_PATH_RETRANSMIT, seq, 0, 0);
 	return 0;
 }
 
+/* sock_exceed_buf_limit(struct sock *sk, struct proto *prot, long allocated, int kind) */
 SEC("raw_tp/sock_exceed_buf_limit")
 int itap_buf_limit(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -161,8 +131,6 @@ int itap_buf_limit(struct bpf_raw_tracepoint_args *ctx)
 
 	if (!followed_conn(skey))
 		return 0;
-	emit_path(skey, sk, ITAP_PATH_BUF_LIMIT, 0, 0, (__u64)ctx->args[2]);
+	emit_path_event(skey, sk, ITAP_PATH_BUF_LIMIT, 0, 0, (__u64)ctx->args[2]);
 	return 0;
 }
-
-#endif /* ITAP_PATH_BPF_H */

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Socket helpers shared by infertap's BPF programs: fd -> struct sock
- * resolution, the TCP test, and filling the socket part of an itap_event.
+ * Sockets: fd -> struct sock resolution, the TCP test, the port test, and the
+ * socket part of an itap_event (addresses cached in the socket's map entry).
  *
  * Every read is a CO-RE probe read (tracepoint and raw tracepoint programs
  * cannot dereference kernel pointers directly).
  */
-#ifndef INFERTAP_ITAP_SOCK_BPF_H
-#define INFERTAP_ITAP_SOCK_BPF_H
+#ifndef INFERTAP_SOCK_BPF_H
+#define INFERTAP_SOCK_BPF_H
 
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -27,9 +27,6 @@
 #endif
 #ifndef S_IFSOCK
 #define S_IFSOCK 0140000
-#endif
-#ifndef EAGAIN
-#define EAGAIN 11
 #endif
 
 /*
@@ -133,4 +130,10 @@ static __always_inline void itap_fill_sock_cached(struct itap_event *e, struct s
 	}
 }
 
-#endif /* INFERTAP_ITAP_SOCK_BPF_H */
+/* Smoothed RTT in microseconds (the kernel keeps it << 3). */
+static __always_inline __u32 itap_srtt_us(struct sock *sk)
+{
+	return BPF_CORE_READ((struct tcp_sock *)sk, srtt_us) >> 3;
+}
+
+#endif /* INFERTAP_SOCK_BPF_H */

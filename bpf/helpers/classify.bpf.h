@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The first-bytes classifier: is the first data seen on a socket HTTP/1.x or
+ * an SSE stream (possibly joined mid-way)? Reads only the first
+ * ITAP_CLASSIFY_BYTES bytes, held little-endian in two u64 (no indexed memory
+ * access for the verifier to bound).
+ */
+#ifndef INFERTAP_CLASSIFY_BPF_H
+#define INFERTAP_CLASSIFY_BPF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+#include "infertap/abi.h"
+
+#define ITAP_CLASSIFY_BYTES 16
+
+/* little-endian u64 of a string literal's first (up to 8) bytes, folded at compile time */
+#define LIT_C(s, i) ((i) < sizeof(s) - 1 ? (__u64)(__u8)(s)[(i) < sizeof(s) - 1 ? (i) : 0] << (8 * (i)) : 0)
+#define LIT(s)                                                                                     \
+	(LIT_C(s, 0) | LIT_C(s, 1) | LIT_C(s, 2) | LIT_C(s, 3) | LIT_C(s, 4) | LIT_C(s, 5) |       \
+	 LIT_C(s, 6) | LIT_C(s, 7))
+#define LIT_MASK(s) (sizeof(s) - 1 >= 8 ? ~0ULL : ((1ULL << (8 * (sizeof(s) - 1))) - 1))
+/* does the (n-byte) text whose first 8 bytes are v start with literal s */
+#define PFX(v, n, s) ((n) >= sizeof(s) - 1 && ((v) & LIT_MASK(s)) == LIT(s))
+
+/* byte k (< 16) of the 16 bytes held little-endian in v, v2 */
+static __always_inline __u8 byte_at(__u64 v, __u64 v2, __u32 k)
+{
+	return k < 8 ? (__u8)(v >> (8 * k)) : (__u8)(v2 >> (8 * ((k - 8) & 7)));
+}
+
+static __always_inline bool is_hex(__u8 c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/*
+ * Does the text start like an HTTP/1.x request or status line, or an SSE
+ * field line? When it starts with the CRLF that ends a chunk, *chunk_start is
+ * where the next chunk-size line begins (else 0).
+ */
+static __always_inline bool starts_like_http_or_sse(__u64 v, __u64 v2, __u32 n, __u32 *chunk_start)
+{
+	switch ((__u8)v) {
+	case 'G':
+		return PFX(v, n, "GET ");
+	case 'P':
+		return PFX(v, n, "POST ") || PFX(v, n, "PUT ") || PFX(v, n, "PATCH ");
+	case 'D':
+		return PFX(v, n, "DELETE ");
+	case 'H':
+		return PFX(v, n, "HEAD ") || PFX(v, n, "HTTP/1.");
+	case 'O':
+		return PFX(v, n, "OPTIONS ");
+	case ':':
+		return true; /* SSE comment line */
+	case 'd':
+		return PFX(v, n, "data:");
+	case 'e':
+		return PFX(v, n, "event:");
+	case 'i':
+		return PFX(v, n, "id:");
+	case 'r':
+		return PFX(v, n, "retry:");
+	case '\r':
+		/* CRLF ending the previous chunk, then the next chunk-size line */
+		if (n >= 2 && byte_at(v, v2, 1) == '\n')
+			*chunk_start = 2;
+		return false;
+	}
+	return false;
+}
+
+/* A chunk-size line at start: 1..8 hex digits then CRLF (16 bytes: no overflow). */
+static __always_inline bool is_chunk_size_line(__u64 v, __u64 v2, __u32 n, __u32 start)
+{
+	__u32 k = start;
+
+#pragma unroll
+	for (__u32 i = 0; i < 8; i++) {
+		if (k == start + i && k < n && is_hex(byte_at(v, v2, k)))
+			k++;
+	}
+	if (k == start || k + 1 >= n)
+		return false;
+	return byte_at(v, v2, k) == '\r' && byte_at(v, v2, k + 1) == '\n';
+}
+
+/*
+ * FOLLOW when the first bytes of the first data seen on a socket look like
+ * HTTP/1.x (request line, status line) or like an SSE/chunked stream joined
+ * mid-way; MUTED otherwise; 0 (no verdict yet) without bytes. v, v2 hold the
+ * first n (<= 16) bytes, little-endian.
+ */
+static __always_inline __u8 classify_first_bytes(__u64 v, __u64 v2, __u32 n)
+{
+	__u32 chunk_start = 0;
+
+	if (n == 0)
+		return 0;
+	if (starts_like_http_or_sse(v, v2, n, &chunk_start))
+		return ITAP_VERDICT_FOLLOW;
+	return is_chunk_size_line(v, v2, n, chunk_start) ? ITAP_VERDICT_FOLLOW : ITAP_VERDICT_MUTED;
+}
+
+#endif /* INFERTAP_CLASSIFY_BPF_H */

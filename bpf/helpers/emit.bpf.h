@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Every ring-buffer record is built here: the data event of a send or receive
+ * (with the per-socket sequence and ACK state it updates), the TCP state
+ * event, and the delivery-signal event.
+ */
+#ifndef INFERTAP_EMIT_BPF_H
+#define INFERTAP_EMIT_BPF_H
+
+#include "maps/maps.bpf.h"
+#include "helpers/counters.bpf.h"
+#include "helpers/gate.bpf.h"
+#include "helpers/sock.bpf.h"
+#include "helpers/copy.bpf.h"
+#include "helpers/classify.bpf.h"
+
+#ifndef EAGAIN
+#define EAGAIN 11
+#endif
+#ifndef EEXIST
+#define EEXIST 17
+#endif
+
+/* ================= data events ================= */
+
+/*
+ * Which outcomes of a call are reported: bytes moved, a send's -EAGAIN, a
+ * receive's EOF (flagged). Returns false for every other outcome.
+ */
+static __always_inline bool reported_outcome(long ret, bool send, __u16 *flags)
+{
+	if (ret > 0)
+		return true;
+	if (ret == -EAGAIN && send) {
+		*flags |= ITAP_F_EAGAIN;
+		return true;
+	}
+	if (ret == 0 && !send) {
+		*flags |= ITAP_F_EOF;
+		return true;
+	}
+	return false;
+}
+
+static __always_inline struct itap_scratch *scratch_record(void)
+{
+	__u32 zero = 0;
+	struct itap_scratch *rec = bpf_map_lookup_elem(&itap_scratch, &zero);
+
+	if (!rec)
+		drop_inc(ITAP_DROP_NO_SCRATCH);
+	return rec;
+}
+
+/* What the copy of a call that moved ret bytes says about it. */
+static __always_inline __u16 payload_flags(const struct copy_params *cp, const struct itap_args *a, long ret,
+					   bool failed)
+{
+	__u16 flags = 0;
+
+	if (failed)
+		flags |= ITAP_F_READ_FAILED;
+	if ((__u64)cp->head_len + cp->tail_len < (__u64)ret)
+		flags |= ITAP_F_TRUNCATED;
+	if (a->direction == ITAP_DIR_SEND && (__u64)ret < a->requested)
+		flags |= ITAP_F_PARTIAL;
+	if (a->more)
+		flags |= ITAP_F_MORE;
+	return flags;
+}
+
+/*
+ * A socket's first data: classify its first bytes (copied into the scratch
+ * head) and create its map entry, counted in the follow hint when followed.
+ * BPF_NOEXIST: when another CPU classified the socket first (or userspace
+ * muted it) that entry's verdict stands, and this call neither counts nor
+ * flags a new socket. Returns the verdict to act on (0: none);
+ * *created when this call created the entry.
+ */
+static __always_inline __u8 classify_new_socket(struct itap_scratch *rec, const struct copy_params *cp, __u64 skey,
+						__u64 ts, bool *created)
+{
+	__u32 n = cp->head_len < ITAP_CLASSIFY_BYTES ? cp->head_len : ITAP_CLASSIFY_BYTES;
+	struct itap_conn c = {};
+	struct itap_conn *first;
+	__u32 *hint = NULL;
+	__u64 v, v2;
+	long err;
+
+	__builtin_memcpy(&v, rec->data + ITAP_HDR_SIZE, sizeof(v));
+	__builtin_memcpy(&v2, rec->data + ITAP_HDR_SIZE + 8, sizeof(v2));
+	c.verdict = classify_first_bytes(v, v2, n);
+	c.first_seen_ns = ts;
+	if (c.verdict == ITAP_VERDICT_FOLLOW) {
+		hint = follow_hint(skey);
+		if (hint) {
+			__sync_fetch_and_add(hint, 1);
+			c.hinted = 1;
+		}
+	}
+	err = bpf_map_update_elem(&itap_conns, &skey, &c, BPF_NOEXIST);
+	if (err && hint) /* no entry of ours to uncount at close */
+		__sync_fetch_and_add(hint, -1);
+	if (err == -EEXIST) {
+		first = bpf_map_lookup_elem(&itap_conns, &skey);
+		return first ? first->verdict : 0;
+	}
+	if (err)
+		drop_inc(ITAP_DROP_CONN_MAP_FULL);
+	*created = true;
+	stat_inc(c.verdict == ITAP_VERDICT_FOLLOW ? ITAP_STAT_NEW_FOLLOWED : ITAP_STAT_NEW_MUTED);
+	return c.verdict;
+}
+
+/* The header of a data event: every field written (the scratch is reused). */
+static __always_inline void fill_data_header(struct itap_event *e, const struct itap_args *a,
+					     const struct copy_params *cp, long ret, __u64 ts, __u64 id, __u16 flags)
+{
+	__builtin_memset(e, 0, ITAP_HDR_SIZE);
+	e->ts_ns = ts;
+	e->enter_ns = a->enter_ns;
+	e->sock_id = a->sk;
+	e->ret = ret;
+	e->requested = a->requested;
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->fd = a->fd;
+	e->kind = ITAP_EV_DATA;
+	e->direction = a->direction;
+	e->syscall = a->syscall;
+	e->flags = flags;
+	e->head_len = cp->head_len;
+	e->tail_len = cp->tail_len;
+}
+
+/*
+ * The TCP sequence after the call, and what the delivery signals keep per
+ * socket: a read carries the newest arrival not reported yet; a send moves the
+ * end of the data the ACK program watches.
+ */
+static __always_inline void note_sequence_state(struct itap_event *e, struct sock *sk, struct itap_conn *conn,
+						bool send, long ret)
+{
+	if (send)
+		e->seq_end = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
+	else
+		e->seq_end = BPF_CORE_READ((struct tcp_sock *)sk, copied_seq);
+	if (!send && conn && conn->arr_ns && conn->arr_taken_seq != conn->arr_seq) {
+		/*
+		 * The newest arrival rides on this read (sk_data_ready in
+		 * programs/delivery_signals.bpf.c). Not atomic against an arrival
+		 * on another CPU: at worst one arrival is reported twice, or with
+		 * the time of the one after it; none is lost.
+		 */
+		e->arrived_seq = conn->arr_seq;
+		e->arrived_ns = conn->arr_ns;
+		conn->arr_taken_seq = e->arrived_seq;
+	}
+	if (send && ret > 0 && conn) {
+		/* the ACK program reports acks up to here */
+		if (!conn->sent) {
+			conn->ack_seen = e->seq_end - (__u32)ret;
+			conn->sent = 1;
+		}
+		conn->snd_end = e->seq_end;
+	}
+}
+
+/*
+ * What stays the same for a connection is sent with its first event (and
+ * state events) only: each helper call here costs 100-200 ns, a quarter of a
+ * traced send.
+ */
+static __always_inline void fill_connection_constants(struct itap_event *e, struct sock *sk)
+{
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	e->srtt_us = itap_srtt_us(sk);
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+}
+
+/* Sends the scratch record: header, head, tail. */
+static __always_inline void output_data_record(struct itap_scratch *rec, const struct copy_params *cp)
+{
+	__u64 size = ITAP_HDR_SIZE + (cp->head_len & (2 * ITAP_HEAD_MAX - 1)) + (cp->tail_len & (2 * ITAP_TAIL_MAX - 1));
+
+	if (size > ITAP_SCRATCH_SIZE)
+		return;
+	if (bpf_ringbuf_output(&itap_rb, rec, size, ring_wakeup_flags()))
+		drop_inc(ITAP_DROP_RINGBUF_FULL);
+	else
+		stat_inc(ITAP_STAT_EVENTS);
+}
+
+/* The data event of a followed socket, head and tail already in the scratch. */
+static __always_inline void emit_data_event(struct itap_scratch *rec, const struct itap_args *a,
+					    const struct copy_params *cp, long ret, __u64 ts, __u64 id, __u16 flags,
+					    struct itap_conn *conn)
+{
+	struct itap_event *e = (struct itap_event *)rec->data;
+	struct sock *sk = (struct sock *)a->sk;
+	bool send = a->direction == ITAP_DIR_SEND;
+	/* a copy of the key: a pointer into *a would keep all of it on the stack */
+	__u64 skey = a->sk;
+
+	fill_data_header(e, a, cp, ret, ts, id, flags);
+	if (!conn) /* the caller had none, or the socket was classified just now */
+		conn = bpf_map_lookup_elem(&itap_conns, &skey);
+	itap_fill_sock_cached(e, sk, conn);
+	note_sequence_state(e, sk, conn, send, ret);
+	if (flags & ITAP_F_NEW_SOCKET)
+		fill_connection_constants(e, sk);
+	output_data_record(rec, cp);
+}
+
+/*
+ * One send/recv that moved `ret` bytes (or failed with -EAGAIN, or hit EOF)
+ * on socket a->sk: copy head and tail, classify the socket on its first
+ * bytes, emit when followed. conn: the socket's map entry when the caller
+ * has it.
+ */
+static __always_inline int emit_io(const struct itap_args *a, long ret, __u64 ts, __u64 id, struct itap_conn *conn)
+{
+	struct copy_params cp = {};
+	struct itap_scratch *rec;
+	__u8 verdict = a->verdict;
+	__u16 flags = 0;
+
+	if (!reported_outcome(ret, a->direction == ITAP_DIR_SEND, &flags))
+		return 0;
+	/* classification needs bytes: unclassified sockets emit data only */
+	if (!verdict && ret <= 0)
+		return 0;
+	rec = scratch_record();
+	if (!rec)
+		return 0;
+	if (ret > 0) {
+		bool failed = copy_payload(rec, &cp, a, ret);
+
+		flags |= payload_flags(&cp, a, ret, failed);
+		if (!verdict) {
+			bool created = false;
+
+			if (failed || !cp.head_len)
+				return 0; /* cannot tell yet: try again on the next data */
+			verdict = classify_new_socket(rec, &cp, a->sk, ts, &created);
+			if (created && verdict == ITAP_VERDICT_FOLLOW)
+				flags |= ITAP_F_NEW_SOCKET;
+		}
+	}
+	if (verdict != ITAP_VERDICT_FOLLOW)
+		return 0;
+	emit_data_event(rec, a, &cp, ret, ts, id, flags, conn);
+	return 0;
+}
+
+/* ================= TCP state ================= */
+
+static __always_inline void emit_state_event(struct sock *sk, struct itap_conn *conn, int oldstate, int newstate)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct itap_event *e = bpf_ringbuf_reserve(&itap_rb, sizeof(*e), 0);
+
+	if (!e) {
+		drop_inc(ITAP_DROP_RINGBUF_FULL);
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts_ns = bpf_ktime_get_ns();
+	e->sock_id = (__u64)sk;
+	e->pid = id >> 32; /* whoever runs the transition (may be softirq) */
+	e->tid = (__u32)id;
+	e->fd = -1;
+	e->kind = ITAP_EV_STATE;
+	e->old_state = oldstate;
+	e->new_state = newstate;
+	itap_fill_sock_cached(e, sk, conn);
+	fill_connection_constants(e, sk);
+	bpf_ringbuf_submit(e, ring_wakeup_flags());
+	stat_inc(ITAP_STAT_EVENTS);
+}
+
+/* A closed socket's entry goes, and its follow-hint count with it. */
+static __always_inline void forget_closed_socket(__u64 skey, struct itap_conn *conn)
+{
+	if (conn->hinted) {
+		__u32 *n = follow_hint(skey);
+
+		if (n && *n)
+			__sync_fetch_and_add(n, -1);
+	}
+	bpf_map_delete_elem(&itap_conns, &skey);
+}
+
+/* inet_sock_set_state of a TCP socket: reported when followed, forgotten at close. */
+static __always_inline void on_tcp_state_change(struct sock *sk, int oldstate, int newstate)
+{
+	__u64 skey = (__u64)sk;
+	struct itap_conn *conn = bpf_map_lookup_elem(&itap_conns, &skey);
+
+	if (!conn)
+		return;
+	if (conn->verdict == ITAP_VERDICT_FOLLOW)
+		emit_state_event(sk, conn, oldstate, newstate);
+	if (newstate == TCP_CLOSE)
+		forget_closed_socket(skey, conn);
+}
+
+/* ================= delivery signals ================= */
+
+static __always_inline void emit_path_event_at(__u64 skey, struct sock *sk, __u8 path_kind, __u32 seq, __u32 window,
+					       __u64 value, __u64 ts)
+{
+	struct itap_path_event *e = bpf_ringbuf_reserve(&itap_rb, sizeof(*e), 0);
+
+	if (!e) {
+		drop_inc(ITAP_DROP_RINGBUF_FULL);
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts_ns = ts;
+	e->sock_id = skey;
+	e->kind = ITAP_EV_PATH;
+	e->path_kind = path_kind;
+	e->seq = seq;
+	e->window = window;
+	e->value = value;
+	e->srtt_us = itap_srtt_us(sk);
+	bpf_ringbuf_submit(e, ring_wakeup_flags());
+	stat_inc(ITAP_STAT_EVENTS);
+}
+
+static __always_inline void emit_path_event(__u64 skey, struct sock *sk, __u8 path_kind, __u32 seq, __u32 window,
+					    __u64 value)
+{
+	emit_path_event_at(skey, sk, path_kind, seq, window, value, bpf_ktime_get_ns());
+}
+
+#endif /* INFERTAP_EMIT_BPF_H */

@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Every map of the capture and its read-only configuration, in one place.
+ *
+ * Each program file includes this header and is compiled on its own; the
+ * objects are then linked into one (bpftool gen object). The definitions are
+ * __weak, as in Falco's modern probe: every object carries the same
+ * definition and the linker keeps one, so all programs share each map and
+ * each configuration value, and the loader sees them once in the skeleton.
+ */
+#ifndef INFERTAP_MAPS_BPF_H
+#define INFERTAP_MAPS_BPF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+#include "infertap/abi.h"
+
+/* ---- configuration (rodata, set by the loader before load) ---- */
+__weak const volatile __u32 self_tgid = 0; /* 0: trace self too */
+__weak const volatile bool filter_pids = false;
+__weak const volatile bool filter_cgroups = false;
+__weak const volatile bool filter_ports = false;
+__weak const volatile __u32 head_bytes = ITAP_HEAD_DEFAULT;
+__weak const volatile __u32 tail_bytes = ITAP_TAIL_DEFAULT;
+__weak const volatile __u64 wakeup_bytes = 256 * 1024;
+
+/* Arguments of a send/recv in flight, keyed by pid_tgid (syscall sets). */
+struct itap_args {
+	__u64 sk;
+	__u64 buf;       /* buffer, or struct iovec array */
+	__u64 requested; /* count, or sum of iov_len over up to ITAP_IOV_MAX iovecs */
+	__u64 enter_ns;
+	__s32 fd;
+	__u32 iovcnt;    /* 0: plain buffer */
+	__u8 syscall;    /* enum itap_syscall */
+	__u8 verdict;    /* verdict seen at entry, 0 = not classified yet */
+	__u8 direction;  /* enum itap_direction */
+	__u8 more;       /* socket set: the send carried MSG_MORE */
+	__u8 pad[4];
+};
+
+/*
+ * Scratch record. Twice the caps so that every masked offset + bounded length
+ * stays inside the value whatever the verifier assumes about the operands.
+ */
+#define ITAP_HDR_SIZE sizeof(struct itap_event)
+#define ITAP_SCRATCH_SIZE (ITAP_HDR_SIZE + 2 * ITAP_HEAD_MAX + 2 * ITAP_TAIL_MAX)
+struct itap_scratch {
+	__u8 data[ITAP_SCRATCH_SIZE];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20); /* the loader overrides */
+} itap_rb __weak SEC(".maps");
+
+/* Per-socket verdict and state (struct itap_conn), keyed by struct sock address. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct itap_conn);
+} itap_conns __weak SEC(".maps");
+
+/*
+ * Which sockets may be followed: per slot (a hash of the socket's address),
+ * how many followed sockets hash there. The delivery-signal and send-start
+ * programs run for every TCP segment and send on the host; the verifier
+ * inlines an array lookup, where an itap_conns lookup costs ~100 ns here, so
+ * a socket in an empty slot (nearly every one not followed) is turned away
+ * first. Counted up when a socket is followed, down when it closes; a socket
+ * dropped any other way (LRU eviction, userspace forget) leaves its count,
+ * which only costs its slot's sockets the itap_conns lookup again.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, ITAP_HINT_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} itap_follow_hint __weak SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct itap_args);
+} itap_args __weak SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32); /* tgid */
+	__type(value, __u8);
+} itap_pid_filter __weak SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64); /* cgroup v2 id */
+	__type(value, __u8);
+} itap_cgroup_filter __weak SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u16); /* port, host order */
+	__type(value, __u8);
+} itap_port_filter __weak SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct itap_scratch);
+} itap_scratch __weak SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, ITAP_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} itap_stats __weak SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, ITAP_DROP_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} itap_drops __weak SEC(".maps");
+
+#endif /* INFERTAP_MAPS_BPF_H */
