@@ -144,7 +144,7 @@ static __always_inline void note_sequence_state(struct itap_event *e, struct soc
 	if (send)
 		e->seq_end = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
 	else
-		e->seq_end = BPF_CORE_READ((struct tcp_sock *)sk, copied_seq);
+		e->seq_end = itap_read_end_seq(sk, ret);
 	if (!send && conn && conn->arr_ns && conn->arr_taken_seq != conn->arr_seq) {
 		/*
 		 * The newest arrival rides on this read (sk_data_ready in

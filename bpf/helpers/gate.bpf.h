@@ -68,6 +68,14 @@ static __always_inline bool socket_gate(struct sock *sk, struct itap_conn **conn
 	} else if (!itap_sock_is_tcp(sk)) {
 		stat_inc(ITAP_STAT_NOT_TCP);
 		return false;
+	} else if (itap_sock_closed(sk)) {
+		/*
+		 * A call that finished after its socket closed (a send racing the
+		 * peer's reset): classifying it would leave an entry no close will
+		 * ever delete, that a new socket at this address would inherit.
+		 */
+		stat_inc(ITAP_STAT_CLOSED_SOCKET);
+		return false;
 	}
 	if (filter_ports && !itap_sock_port_in(sk, &itap_port_filter))
 		return false;

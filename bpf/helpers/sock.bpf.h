@@ -80,6 +80,30 @@ static __always_inline bool itap_sock_is_tcp(struct sock *sk)
 	return BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP;
 }
 
+static __always_inline bool itap_sock_closed(struct sock *sk)
+{
+	return BPF_CORE_READ(sk, __sk_common.skc_state) == TCP_CLOSE;
+}
+
+#ifndef RCV_SHUTDOWN
+#define RCV_SHUTDOWN 1
+#endif
+
+/*
+ * copied_seq after a read. A read that consumed the peer's FIN has copied_seq
+ * one past its data (tcp_recvmsg counts the FIN as a byte): the data ended
+ * one before. Costs one more read only for a socket whose peer shut down.
+ */
+static __always_inline __u32 itap_read_end_seq(struct sock *sk, long ret)
+{
+	__u32 copied = BPF_CORE_READ((struct tcp_sock *)sk, copied_seq);
+
+	if (ret > 0 && (BPF_CORE_READ(sk, sk_shutdown) & RCV_SHUTDOWN) &&
+	    copied == BPF_CORE_READ((struct tcp_sock *)sk, rcv_nxt))
+		return copied - 1;
+	return copied;
+}
+
 static __always_inline bool itap_sock_port_in(struct sock *sk, void *port_map)
 {
 	__u16 lport = BPF_CORE_READ(sk, __sk_common.skc_num);

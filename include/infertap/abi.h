@@ -123,7 +123,8 @@ enum itap_drop_reason {
 	X(MUTED, muted, "calls on a muted socket, stopped after one map lookup") \
 	X(EVENTS, events, "events the BPF programs submitted to the ring buffer") \
 	X(NEW_MUTED, sockets_muted, "sockets the classifier muted on their first data") \
-	X(NEW_FOLLOWED, sockets_followed, "sockets the classifier followed on their first data")
+	X(NEW_FOLLOWED, sockets_followed, "sockets the classifier followed on their first data") \
+	X(CLOSED_SOCKET, closed_sockets, "calls on a socket already closed (a send racing the peer's reset): not classified")
 
 enum itap_stat {
 #define ITAP_STAT_ENUM(NAME, name, help) ITAP_STAT_##NAME,
