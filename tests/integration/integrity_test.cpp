@@ -91,7 +91,7 @@ struct Churn {
 
 class ChurnTest : public IntegrityTest, public ::testing::WithParamInterface<Churn> {};
 
-// 3 000 short streamed exchanges as fast as 16 clients can make them.
+// 3 000 short streamed exchanges in about a second, from 16 clients.
 TEST_P(ChurnTest, EveryResponseLeavesOneCleanRecordOnEachEnd) {
   const Churn& c = GetParam();
   SampleServer server(path("server"), {"--ttft-ms", "0", "--itl-ms", "0", "--tokens", "3"});
@@ -100,7 +100,7 @@ TEST_P(ChurnTest, EveryResponseLeavesOneCleanRecordOnEachEnd) {
   const auto t0 = std::chrono::steady_clock::now();
   const ClientRun run = testing::run_sample_client(
       path("client"), server.port(),
-      {"--concurrency", "16", "--requests", "188", "--tokens", "3", "--connection", c.connection});
+      {"--concurrency", "16", "--requests", "188", "--tokens", "3", "--connection", c.connection, "--rate", "3000"});
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_EQ(run.rc, 0) << run.output;
   const long responses = summary_count(run.output, "ok");
@@ -158,12 +158,16 @@ TEST_P(AbortTest, AClientThatStopsLeavesOneRecordPerEnd) {
   const auto& servers = t.by_role.at("server");
   EXPECT_EQ(servers.size(), std::size_t(kRequests));
   EXPECT_EQ(t.by_role.at("client").size(), std::size_t(kRequests));
-  EXPECT_TRUE(t.problems.empty()) << (t.problems.empty() ? "" : t.problems.front());
+  for (const std::string& p : t.problems) ADD_FAILURE() << p;
   for (const json& r : servers) {
     EXPECT_EQ(r["path"], "/v1/chat/completions");
-    EXPECT_EQ(r["end"], "connection_closed") << r.dump();
+    // At the end the server may have sent everything before the client left.
+    if (a.after_events < kTokens) EXPECT_EQ(r["end"], "connection_closed") << r.dump();
     EXPECT_GE(r["events"].get<int>(), a.after_events) << "what the server sent is in its record";
   }
+  // At the end the last read may have held [DONE]: the stream is complete then.
+  for (const json& r : t.by_role.at("client"))
+    if (a.after_events < kTokens) EXPECT_EQ(r["end"], "connection_closed") << r.dump();
 }
 
 // Before the first token (the role event only), mid-stream, and in the last

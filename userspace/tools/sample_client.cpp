@@ -38,6 +38,8 @@ const char* kUsage = R"(usage: sample-client [options]
   --requests R            requests per connection, sequential, keep-alive (default 1)
   --connection keep-alive|close|new  keep-alive (default); close: send "Connection: close" (the server
                           closes first); new: a new connection per request, closed by the client
+  --rate R                requests per second over all connections, paced on a fixed schedule
+                          (default 0: as fast as each connection can go)
   --abort-after N         close the connection after N SSE events of a response (a user pressing stop;
                           0 = read to the end); an aborted response counts as ok
   --reader read|recv|recvmsg|readv|mixed  read syscall (default read; mixed rotates per read)
@@ -79,6 +81,7 @@ struct Config {
   std::int64_t concurrency = 1, requests = 1;
   std::string connection = "keep-alive";  // keep-alive | close | new
   std::int64_t abort_after = 0;
+  double rate = 0;  // requests/s over all workers; 0 = unpaced
   Reader reader = Reader::read;
   std::int64_t read_size = 16384;
   double read_delay_ms = 0;
@@ -742,7 +745,11 @@ void* worker_thread(void* arg) {
   Worker& w = *static_cast<Worker*>(arg);
   w.buf.resize(std::size_t(std::max<std::int64_t>(1, g_cfg.read_size)));
   w.request = build_request();
+  // Paced: worker w's request k starts at t0 + (k * concurrency + w) / rate.
+  const std::int64_t t0 = it::mono_ns();
   for (std::int64_t req = 0; req < g_cfg.requests; ++req) {
+    if (g_cfg.rate > 0)
+      it::sleep_until_ns(t0 + std::int64_t(double(req * g_cfg.concurrency + w.conn) * 1e9 / g_cfg.rate));
     ReqResult r = run_request(w, req);
     log_summary(w, req, r);
     std::lock_guard<std::mutex> lk(g_res_mu);
@@ -781,7 +788,7 @@ double percentile(std::vector<double>& v, double q) {
 int main(int argc, char** argv) {
   it::Args a(kUsage);
   for (const char* o : {"host", "port", "path", "model", "tokens", "concurrency", "requests", "reader", "read-size",
-                        "read-delay-ms", "rcvbuf", "connection", "abort-after", "stall-after", "stall-ms", "accept-encoding", "prompt-bytes", "expect-status", "timeout-ms", "log"})
+                        "read-delay-ms", "rcvbuf", "connection", "abort-after", "rate", "stall-after", "stall-ms", "accept-encoding", "prompt-bytes", "expect-status", "timeout-ms", "log"})
     a.option(o);
   for (const char* f : {"anthropic", "no-stream", "usage"}) a.flag(f);
   if (!a.parse(argc, argv)) return 2;
@@ -796,6 +803,7 @@ int main(int argc, char** argv) {
   c.requests = std::max<std::int64_t>(1, a.integer("requests", 1));
   c.connection = a.choice("connection", "keep-alive", {"keep-alive", "close", "new"});
   c.abort_after = std::max<std::int64_t>(0, a.integer("abort-after", 0));
+  c.rate = std::max(0.0, a.number("rate", 0));
   std::string r = a.choice("reader", "read", {"read", "recv", "recvmsg", "readv", "mixed"});
   c.reader = r == "read"      ? Reader::read
              : r == "recv"    ? Reader::recv

@@ -156,7 +156,10 @@ void StreamAssembler::on_response_end(TimestampNs ts, protocol::ResponseEnd how)
   }
 }
 
-void StreamAssembler::on_parse_error(protocol::ParseError, bool in_stream) {
+void StreamAssembler::on_parse_error(protocol::ParseError error, bool in_stream) {
+  // A message the connection ended in its middle is not malformed: the
+  // record's `end` says what happened.
+  if (error == protocol::ParseError::truncated_message) return;
   ++counters_.http_parse_errors;
   if (in_stream && active_) ++active_->record.parse_errors;
 }
