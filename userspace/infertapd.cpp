@@ -228,6 +228,7 @@ class Agent {
       if (g_reload.exchange(false)) reload();
       const std::uint64_t now = base::monotonic_ns();
       if (now - last_tick > 1'000'000'000ull) {
+        reconcile_after_loss(now);
         pipeline_->expire(now);
         degradation_.tick(now);
         refresh();
@@ -345,6 +346,7 @@ class Agent {
     pipeline_ = std::make_unique<core::Pipeline>(
         config_.pipeline, [this](core::StreamRecord&& record) { on_record(std::move(record)); },
         [cap](std::uint64_t sock_id) { cap->mute(sock_id); }, read_cgroup_path, read_comm);
+    pipeline_->set_forget([cap](std::uint64_t sock_id) { cap->forget(sock_id); });
     // Per new connection: process name targeting (the kernel filters pids,
     // ports and cgroups itself) and the container / pod the process runs in.
     pipeline_->set_admit([this, patterns = config_.targeting.process_name_patterns](core::ConnIdentity& id) {
@@ -412,6 +414,20 @@ class Agent {
   std::unique_ptr<daemon::HttpServer> http_;
   daemon::RecordStore store_;
   degrade::Monitor degradation_;  // fed every finished record; alerts go to the same sink
+  // Closes the kernel could not report (a full ring buffer) would leave
+  // connections open until their idle timeout: after a drop, ask the kernel
+  // which sockets it still knows.
+  void reconcile_after_loss(std::uint64_t now) {
+    const capture::CaptureStats kernel = capture_->stats();
+    std::uint64_t drops = 0;
+    kernel.for_each_drop([&](const base::Counter& c) { drops += c.value; });
+    if (drops == drops_seen_) return;
+    drops_seen_ = drops;
+    capture::Capture* cap = capture_.get();
+    pipeline_->reconcile(now, [cap](std::uint64_t sock) { return cap->knows(sock); });
+  }
+  std::uint64_t drops_seen_ = 0;
+
   // What `infertap status` shows: refreshed by this thread, read by API threads.
   std::mutex status_mu_;
   json status_;

@@ -130,6 +130,32 @@ INSTANTIATE_TEST_SUITE_P(Modes, ChurnTest,
                                            Churn{"client_closes_port", "new", true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// A ring buffer far too small for the load drops events, closes among them.
+// Once the load is over every connection still ends within about a second
+// (the agent asks the kernel which sockets are gone), not at the idle
+// timeout: nothing is left for the agent's stop to cut.
+TEST_F(IntegrityTest, ClosesLostInAFullRingStillEndTheirConnections) {
+  SampleServer server(path("server"), {"--ttft-ms", "0", "--itl-ms", "0", "--tokens", "3"});
+  ASSERT_TRUE(server.ok()) << server.error();
+  std::vector<std::string> args = agent_args(server.port(), true);
+  args.insert(args.end(), {"--ringbuf-mb", "1"});
+  start_agent_with(args);
+  const ClientRun run = testing::run_sample_client(
+      path("client"), server.port(), {"--concurrency", "16", "--requests", "300", "--tokens", "3", "--connection", "new"});
+  ASSERT_EQ(run.rc, 0) << run.output;
+  std::this_thread::sleep_for(3s);
+  const std::vector<json> records = stop_agent_records();
+  const std::string log = testing::read_file(path("agent.log"));
+  const std::uint64_t drops = stats_counter(log, {"kernel", "drops", "ringbuf_full"});
+  const std::uint64_t recovered = stats_counter(log, {"pipeline", "closes_recovered"});
+  std::printf("ring of 1 MiB: %llu events dropped, %llu closes recovered, %zu records\n",
+              static_cast<unsigned long long>(drops), static_cast<unsigned long long>(recovered), records.size());
+  ASSERT_GT(drops, 0u) << "the load must overflow the ring for this test to mean anything";
+  std::size_t cut_by_stop = 0;
+  for (const json& r : records) cut_by_stop += r.value("end", "") == "agent_stopped" ? 1 : 0;
+  EXPECT_EQ(cut_by_stop, 0u) << "connections still open 3 s after the last exchange";
+}
+
 // ---- a user pressing stop -------------------------------------------------------
 
 struct Abort {

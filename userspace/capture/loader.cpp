@@ -576,6 +576,11 @@ void Capture::mute(std::uint64_t sock_id) {
   (void)bpf_map__update_elem(conns, &sock_id, sizeof(sock_id), &c, sizeof(c), BPF_EXIST);
 }
 
+bool Capture::knows(std::uint64_t sock_id) const {
+  itap_conn entry{};
+  return bpf_map__lookup_elem(impl_->skel->maps.itap_conns, &sock_id, sizeof(sock_id), &entry, sizeof(entry), 0) == 0;
+}
+
 std::uint64_t Capture::followed_hint_total() const {
   auto* hint = impl_->skel->maps.itap_follow_hint;
   std::vector<std::uint32_t> keys(ITAP_HINT_SLOTS), values(ITAP_HINT_SLOTS);

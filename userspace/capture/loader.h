@@ -123,6 +123,9 @@ class Capture {
   // Forget a socket: its next data is classified afresh. (Its follow-hint
   // count stays: see itap_follow_hint.)
   void forget(std::uint64_t sock_id);
+  // Does the kernel still hold an entry for the socket? Its close deletes it,
+  // even when the ring buffer was too full to report the close.
+  bool knows(std::uint64_t sock_id) const;
   // Followed sockets as the kernel's follow hint counts them: sockets followed
   // and not closed yet, plus any dropped without a close.
   std::uint64_t followed_hint_total() const;

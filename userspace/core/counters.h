@@ -31,7 +31,8 @@
   X(connections_refused, total, "connections not targeted (process name): muted on their first event")  \
   X(body_decode_errors, total, "compressed bodies that could not be decoded to their end")                 \
   X(sockets_reused, total, "socket addresses a new connection took over before the old one's close was seen") \
-  X(calls_after_close, total, "send/receive calls seen on a socket already closed (not followed)")
+  X(calls_after_close, total, "send/receive calls seen on a socket already closed (not followed)")        \
+  X(closes_recovered, total, "connections ended because the kernel no longer knew their socket (a close lost to a full ring)")
 
 namespace infertap::core {
 

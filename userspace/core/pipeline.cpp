@@ -235,6 +235,19 @@ void Pipeline::expire(TimestampNs now) {
   counters_.records_joined = joiner_.joined();
 }
 
+void Pipeline::reconcile(TimestampNs now, const std::function<bool(std::uint64_t)>& alive) {
+  std::vector<std::uint64_t> gone;
+  for (const auto& [sock, conn] : connections_) {
+    if (!alive(sock)) gone.push_back(sock);
+  }
+  for (std::uint64_t sock : gone) {
+    ++counters_.closes_recovered;
+    close_connection(sock, now, StreamEnd::connection_closed);
+  }
+  release(joiner_.release_due(now, live_));
+  counters_.records_held = joiner_.held();
+}
+
 void Pipeline::flush(TimestampNs now, StreamEnd reason) {
   std::vector<std::uint64_t> all;
   all.reserve(connections_.size());

@@ -63,6 +63,11 @@ class Pipeline {
   // Time-based housekeeping: partial records for idle streams, forget idle
   // connections. Call about once a second with the current monotonic time.
   void expire(TimestampNs now);
+  // After the kernel dropped events (a full ring buffer), closes may have been
+  // among them: every connection whose socket the kernel no longer knows
+  // (`alive` false) ends now, not at the idle timeout, and releases the
+  // records waiting for it.
+  void reconcile(TimestampNs now, const std::function<bool(std::uint64_t sock_id)>& alive);
   // Ends everything in flight with `reason` (agent shutdown).
   void flush(TimestampNs now, StreamEnd reason = StreamEnd::agent_stopped);
 

@@ -404,6 +404,25 @@ TEST(Pipeline, ACallOnAClosedSocketMakesNoRecord) {
   EXPECT_EQ(h.pipeline.connection_count(), 0u);
 }
 
+// After events were dropped, a connection whose socket the kernel no longer
+// knows has closed: it ends now; the others go on.
+TEST(Pipeline, ReconcilingAfterLossEndsTheConnectionsThatAreGone) {
+  Harness h;
+  ConnBuilder gone(0xB1, 100, 8000, 40000), alive(0xB2, 100, 8000, 40001);
+  for (ConnBuilder* c : {&gone, &alive}) {
+    h.feed(c->recv(kT0, request()));
+    h.feed(c->send(kT0 + 1 * kMs, kStreamHead));
+    h.feed(c->send(kT0 + 10 * kMs, chunked(openai_chunk("a"))));
+  }
+  h.pipeline.reconcile(kT0 + 20 * kMs, [](std::uint64_t sock) { return sock != 0xB1; });
+  h.pipeline.expire(kT0 + 20 * kMs + h.config.path_settle_ns);
+  ASSERT_EQ(h.records.size(), 1u);
+  EXPECT_EQ(h.records[0].conn.sock_id, 0xB1u);
+  EXPECT_EQ(h.records[0].end, StreamEnd::connection_closed);
+  EXPECT_EQ(h.pipeline.counters().closes_recovered, 1u);
+  EXPECT_EQ(h.pipeline.connection_count(), 1u);
+}
+
 TEST(Pipeline, AnthropicStreamCountsOutputTokensFromUsage) {
   Harness h;
   ConnBuilder c(0xBB, 100, 8000, 40000);
