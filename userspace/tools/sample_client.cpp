@@ -36,8 +36,10 @@ const char* kUsage = R"(usage: sample-client [options]
   --tokens N              "max_tokens" in the request body (default: omitted, server decides)
   --concurrency C         parallel connections, one thread each (default 1)
   --requests R            requests per connection, sequential, keep-alive (default 1)
-  --connection keep-alive|close|new  keep-alive (default); close: send "Connection: close" (the server
-                          closes first); new: a new connection per request, closed by the client
+  --connection keep-alive|close|new|half-close  keep-alive (default); close: send "Connection: close"
+                          (the server closes first); new: a new connection per request, closed by the
+                          client; half-close: a new connection per request whose sending side the client
+                          shuts down (shutdown(SHUT_WR)) right after the request, then reads the response
   --rate R                requests per second over all connections, paced on a fixed schedule
                           (default 0: as fast as each connection can go)
   --abort-after N         close the connection after N SSE events of a response (a user pressing stop;
@@ -603,6 +605,7 @@ ReqResult run_request(Worker& w, std::int64_t req) {
     res.error = n < 0 ? std::string("write: ") + std::strerror(errno) : "short request write";
     return res;
   }
+  if (g_cfg.connection == "half-close") ::shutdown(w.fd, SHUT_WR);
 
   ResponseParser p;
   p.reset();
@@ -701,7 +704,7 @@ ReqResult run_request(Worker& w, std::int64_t req) {
   res.status = p.status;
   res.bytes = p.body_bytes;
   res.ok = res.error.empty() && (p.state() == ResponseParser::State::done || res.aborted);
-  if (!res.ok || res.aborted || p.close_after || g_cfg.connection == "new") {
+  if (!res.ok || res.aborted || p.close_after || g_cfg.connection == "new" || g_cfg.connection == "half-close") {
     ::close(w.fd);
     w.fd = -1;
   }
@@ -801,7 +804,7 @@ int main(int argc, char** argv) {
   c.tokens = a.integer("tokens", -1);
   c.concurrency = std::max<std::int64_t>(1, a.integer("concurrency", 1));
   c.requests = std::max<std::int64_t>(1, a.integer("requests", 1));
-  c.connection = a.choice("connection", "keep-alive", {"keep-alive", "close", "new"});
+  c.connection = a.choice("connection", "keep-alive", {"keep-alive", "close", "new", "half-close"});
   c.abort_after = std::max<std::int64_t>(0, a.integer("abort-after", 0));
   c.rate = std::max(0.0, a.number("rate", 0));
   std::string r = a.choice("reader", "read", {"read", "recv", "recvmsg", "readv", "mixed"});
