@@ -604,6 +604,24 @@ TEST(MetricsRegistry, SeriesBudgetBoundsTheScrape) {
   check_histograms(e);
 }
 
+// While nothing changed, a scrape is served the last rendering; any change
+// (a record, the self counters) makes the next scrape render anew.
+TEST(MetricsRegistry, AnUnchangedStateIsRenderedOnce) {
+  MetricsRegistry reg;
+  reg.observe(make_record({.ttft_ns = kMs}));
+  const auto first = reg.scrape();
+  EXPECT_EQ(reg.scrape(), first) << "the same buffer";
+  EXPECT_EQ(reg.renders(), 1u);
+  reg.observe(make_record({.ttft_ns = kMs}));
+  const auto second = reg.scrape();
+  EXPECT_NE(second, first);
+  EXPECT_EQ(value_of(parse_exposition(*second), "gen_ai_server_time_to_first_token_seconds_count", kSampleGenAi), 2);
+  reg.set_self({}, {});
+  EXPECT_NE(reg.scrape(), second);
+  EXPECT_EQ(reg.renders(), 3u);
+  EXPECT_EQ(value_of(parse_exposition(reg.render()), "infertap_scrape_renderings_total", {}), 3);
+}
+
 // Concurrent scrapes share a rendering instead of making one each.
 TEST(MetricsRegistry, ConcurrentScrapesShareOneRendering) {
   MetricsRegistry reg;

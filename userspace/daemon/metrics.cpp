@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <chrono>
+#include <exception>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -58,6 +60,10 @@ std::uint64_t process_resident_bytes() {
 
 class Writer {
  public:
+  // `expected`: about the size of the text (the last one's): one allocation
+  // instead of a doubling series whose freed steps the heap keeps.
+  explicit Writer(std::size_t expected = 0) { out_.reserve(expected); }
+
   void family(std::string_view name, std::string_view type, std::string_view help) {
     out_ += "# HELP ";
     out_ += name;
@@ -375,6 +381,7 @@ void MetricsRegistry::observe(const core::StreamRecord& record) {
     series(state_.counters[static_cast<std::size_t>(c.family)], std::move(labels), kLabels) += c.n;
   }
   state_.sse_parse_errors += record.parse_errors;
+  ++version_;
 }
 
 void MetricsRegistry::set_self(const capture::CaptureStats& capture, const core::PipelineCounters& pipeline,
@@ -384,6 +391,7 @@ void MetricsRegistry::set_self(const capture::CaptureStats& capture, const core:
   state_.pipeline = pipeline;
   state_.sink = sink;
   state_.extra = extra;
+  ++version_;
 }
 
 void MetricsRegistry::set_degradation(const std::vector<CohortStateSample>& cohorts, std::uint64_t abuse_active) {
@@ -403,19 +411,26 @@ void MetricsRegistry::set_degradation(const std::vector<CohortStateSample>& coho
   }
   state_.cohort_degraded.folded = 0;
   state_.abuse_active = abuse_active;
+  ++version_;
 }
 
-std::string MetricsRegistry::render_now() const {
+std::string MetricsRegistry::render_now(std::uint64_t rendering, std::uint64_t* version) const {
   State s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     s = state_;
+    *version = version_;
   }
-  Writer w;
+  Writer w(last_size_.load(std::memory_order_relaxed) * 9 / 8 + 4096);
   write_stream_metrics(w, s, config_);
   write_degradation_metrics(w, s);
+  w.family("infertap_scrape_renderings_total", "counter",
+           "Renderings of the metrics text: scrapes that arrive during one, or while nothing changed, share it.");
+  w.sample("infertap_scrape_renderings_total", {}, rendering);
   write_self_metrics(w, s);
-  return w.take();
+  std::string text = w.take();
+  last_size_.store(text.size(), std::memory_order_relaxed);
+  return text;
 }
 
 std::shared_ptr<const std::string> MetricsRegistry::scrape() const {
@@ -427,23 +442,32 @@ std::shared_ptr<const std::string> MetricsRegistry::scrape() const {
     if (last_) return last_;
     render_done_.wait(lock, [&] { return !rendering_; });  // that one failed: render anew, one at a time
   }
+  const auto now = std::chrono::steady_clock::now();
+  if (last_ && now - last_at_ < kReuseFor) {
+    std::lock_guard<std::mutex> state_lock(mu_);
+    if (version_ == last_version_) return last_;  // nothing changed since
+  }
   rendering_ = true;
+  const std::uint64_t nth = renders_ + 1;
   lock.unlock();
   std::shared_ptr<const std::string> text;
+  std::uint64_t version = 0;
+  std::exception_ptr failed;
   try {
-    text = std::make_shared<const std::string>(render_now());
+    text = std::make_shared<const std::string>(render_now(nth, &version));
   } catch (...) {
-    lock.lock();
-    rendering_ = false;
-    ++renders_;
-    render_done_.notify_all();
-    throw;
+    failed = std::current_exception();
   }
   lock.lock();
-  last_ = text;
+  if (text) {
+    last_ = text;
+    last_version_ = version;
+    last_at_ = now;
+  }
   rendering_ = false;
   ++renders_;
   render_done_.notify_all();
+  if (failed) std::rethrow_exception(failed);
   return text;
 }
 

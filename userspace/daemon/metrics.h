@@ -9,6 +9,8 @@
 #pragma once
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -118,8 +120,10 @@ class MetricsRegistry {
   // Text exposition format 0.0.4, as one immutable buffer every caller
   // shares: a scrape that arrives while another is rendering waits for that
   // rendering and gets the same buffer, so concurrent scrapes cost one
-  // rendering, not one each. The state is copied under the lock and formatted
-  // outside it; the process CPU and memory gauges are read from /proc/self.
+  // rendering, not one each; a scrape within a second of the last rendering,
+  // with nothing changed since, gets that one. The state is copied under the
+  // lock and formatted outside it; the process CPU and memory gauges are
+  // read from /proc/self at each rendering.
   std::shared_ptr<const std::string> scrape() const;
   // A copy of scrape()'s text.
   std::string render() const;
@@ -160,20 +164,27 @@ class MetricsRegistry {
   // (label 0) and the family's own trailing label are kept. mu_ held.
   template <class V>
   V& series(metrics_detail::Family<V>& family, metrics_detail::LabelValues labels, std::size_t stream_labels);
-  std::string render_now() const;
+  // `rendering`: its number, from 1; *version: that of the state it shows.
+  std::string render_now(std::uint64_t rendering, std::uint64_t* version) const;
 
   const MetricsConfig config_;
   mutable std::mutex mu_;
   State state_;
+  std::uint64_t version_ = 0;  // bumped by every change of state_
   std::map<std::string, std::set<std::string>, std::less<>> seen_;  // label name -> values kept
 
   // The shared rendering: one at a time; callers that arrive during it wait
-  // for it (render_done_) and take its result.
+  // for it (render_done_) and take its result; while nothing changed, the
+  // last one is served for up to kReuseFor (the /proc gauges are that fresh).
+  static constexpr std::chrono::milliseconds kReuseFor{1000};
   mutable std::mutex scrape_mu_;
   mutable std::condition_variable render_done_;
   mutable bool rendering_ = false;
   mutable std::uint64_t renders_ = 0;
   mutable std::shared_ptr<const std::string> last_;
+  mutable std::uint64_t last_version_ = 0;
+  mutable std::chrono::steady_clock::time_point last_at_{};
+  mutable std::atomic<std::size_t> last_size_{0};  // bytes of the last rendering
 };
 
 // Helpers, public for tests and for other exporters.
