@@ -687,6 +687,17 @@ TEST(DegradeAdapter, DeliveryLagReachesTheClientObservedView) {
   EXPECT_DOUBLE_EQ(*metric_values(obs[1])[static_cast<std::size_t>(Metric::delivery_lag)], 350);
 }
 
+TEST(DegradeAdapter, ALowerBoundCountGivesNoRate) {
+  core::StreamRecord r = stream_record(core::Role::server);
+  r.bytes_not_captured = 300;  // a capture hole: the event count is a lower bound
+  core::compute_metrics(r, std::nullopt, core::PipelineConfig{});
+  const auto obs = observations_from(r);
+  ASSERT_EQ(obs.size(), 1u);
+  EXPECT_FALSE(obs[0].tokens_per_s) << "the cohort judges no rate from undercounted tokens";
+  EXPECT_FALSE(metric_values(obs[0])[static_cast<std::size_t>(Metric::tokens_per_s)]);
+  EXPECT_TRUE(obs[0].ttft_ns) << "its times are still judged";
+}
+
 TEST(DegradeAdapter, UnjudgeableRecordsGiveNothing) {
   core::StreamRecord error = stream_record(core::Role::server);
   error.status = 500;
