@@ -447,7 +447,7 @@ double sum_of(const std::string& text, const std::string& prefix) {
   return sum;
 }
 
-// The adversarial mix against the running agent: more model x route
+// An adversarial mix of label values against the running agent: more model x route
 // label sets than the series budget, then 200 scrapes at once. The scrape
 // stays bounded, the overflow is counted, every scrape is answered whole, and
 // the agent's resident memory grows by a bounded amount.

@@ -560,7 +560,7 @@ TEST(MetricsRegistry, PathDegradedStreamsByCause) {
   EXPECT_EQ(total, 5);
 }
 
-// The adversarial mix of the issue: 50 models x 50 routes. Every family stays
+// An adversarial mix of label values, 50 models x 50 routes (a 40 MB scrape once). Every family stays
 // within its series budget, the rest is folded into "other" and counted.
 TEST(MetricsRegistry, SeriesBudgetBoundsTheScrape) {
   const auto feed = [](MetricsRegistry& reg) {
