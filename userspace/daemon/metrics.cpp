@@ -6,8 +6,8 @@
 #include <cctype>
 #include <charconv>
 #include <chrono>
-#include <exception>
 #include <cmath>
+#include <exception>
 #include <fstream>
 #include <sstream>
 
@@ -58,6 +58,35 @@ std::uint64_t process_resident_bytes() {
 
 // ---- exposition writer ---------------------------------------------------
 
+// name="value" appended to a series' labels (comma-separated, no braces).
+void add_label(std::string& out, std::string_view name, std::string_view value) {
+  if (!out.empty()) out += ',';
+  out += name;
+  out += "=\"";
+  out += escape_label_value(value);
+  out += '"';
+}
+
+// name{labels[,le="bound"]} value
+void line(std::string& out, std::string_view name, std::string_view labels, std::string_view le,
+          std::string_view value) {
+  out += name;
+  if (!labels.empty() || !le.empty()) {
+    out += '{';
+    out += labels;
+    if (!le.empty()) {
+      if (!labels.empty()) out += ',';
+      out += "le=\"";
+      out += le;
+      out += '"';
+    }
+    out += '}';
+  }
+  out += ' ';
+  out += value;
+  out += '\n';
+}
+
 class Writer {
  public:
   // `expected`: about the size of the text (the last one's): one allocation
@@ -83,23 +112,9 @@ class Writer {
   using Labels = std::vector<std::pair<std::string_view, std::string_view>>;
 
   void sample(std::string_view name, const Labels& labels, std::string_view value) {
-    out_ += name;
-    if (!labels.empty()) {
-      out_ += '{';
-      bool first = true;
-      for (const auto& [k, v] : labels) {
-        if (!first) out_ += ',';
-        first = false;
-        out_ += k;
-        out_ += "=\"";
-        out_ += escape_label_value(v);
-        out_ += '"';
-      }
-      out_ += '}';
-    }
-    out_ += ' ';
-    out_ += value;
-    out_ += '\n';
+    std::string rendered;
+    for (const auto& [k, v] : labels) add_label(rendered, k, v);
+    line(out_, name, rendered, {}, value);
   }
   void sample(std::string_view name, const Labels& labels, std::uint64_t value) {
     sample(name, labels, std::to_string(value));
@@ -121,12 +136,7 @@ std::string render_labels(const LabelValues& values, const std::string_view* nam
   std::string out;
   for (std::size_t i = 0; i < values.size(); ++i) {
     const std::string_view name = i < n ? names[i] : extra_name;
-    if (name.empty()) continue;
-    if (!out.empty()) out += ',';
-    out += name;
-    out += "=\"";
-    out += escape_label_value(values[i]);
-    out += '"';
+    if (!name.empty()) add_label(out, name, values[i]);
   }
   return out;
 }
@@ -135,26 +145,6 @@ std::string render_labels(const LabelValues& values, LabelSet set, std::string_v
   return set == LabelSet::gen_ai
              ? render_labels(values, MetricsRegistry::kGenAiLabelNames, MetricsRegistry::kGenAiLabels, extra_name)
              : render_labels(values, MetricsRegistry::kLabelNames, MetricsRegistry::kLabels, extra_name);
-}
-
-// name{labels[,le="bound"]} value
-void line(std::string& out, std::string_view name, std::string_view labels, std::string_view le,
-          std::string_view value) {
-  out += name;
-  if (!labels.empty() || !le.empty()) {
-    out += '{';
-    out += labels;
-    if (!le.empty()) {
-      if (!labels.empty()) out += ',';
-      out += "le=\"";
-      out += le;
-      out += '"';
-    }
-    out += '}';
-  }
-  out += ' ';
-  out += value;
-  out += '\n';
 }
 
 // ---- families of render() ----------------------------------------------------
