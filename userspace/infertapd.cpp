@@ -176,6 +176,7 @@ std::vector<daemon::LiveStream> live_streams(const core::Pipeline& pipeline) {
 daemon::MetricsConfig metrics_config(const daemon::DaemonConfig& config) {
   daemon::MetricsConfig m;
   m.max_label_values = config.metrics.max_label_values;
+  m.max_series_per_family = config.metrics.max_series_per_family;
   return m;
 }
 
@@ -387,7 +388,7 @@ class Agent {
   }
 
   // SIGHUP: the file and the flags again; what can change without
-  // reattaching takes effect (stall thresholds, timeline output, degradation).
+  // reattaching takes effect (stall thresholds and the lag floor, timeline output, degradation).
   void reload() {
     std::string error;
     const auto next = daemon::configure(run_.config_path, flags_, &error);
@@ -397,6 +398,7 @@ class Agent {
       return;
     }
     pipeline_->set_stall_threshold(next->pipeline.stall_floor_ns, next->pipeline.stall_ratio);
+    pipeline_->set_lag_floor(next->pipeline.lag_floor_ns);
     render_.timeline = next->output.timeline;
     if (degradation_.reconfigure(next->degradation)) log("degradation detection restarted with the new settings");
     log("configuration reloaded (capture, targeting, output and endpoints need a restart to change)");

@@ -4,7 +4,8 @@
 // rate) for a sustained period gives exactly one `degraded` alert per cohort
 // within the configured window, and one `recovered` after it ends. Behind a
 // buffering nginx the client-observed cohort degrades while the server-emit
-// cohort stays healthy, and the alert names the delivery path.
+// cohort stays healthy, and the alert names the delivery path. Readers slower
+// than the server degrade the client-observed cohort on the delivery lag.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -102,11 +103,12 @@ class Degradation : public testing::LiveTest {
 
   // Steady load: 3 connections, each one stream after the other. Reads of
   // at most 512 bytes stay within what the agent copies per syscall when a
-  // burst arrives at once.
-  void start_load(std::uint16_t port) {
-    auto c = Process::spawn({build_dir() + "/sample-client", "--port", std::to_string(port), "--concurrency", "3",
-                             "--requests", "100000", "--read-size", "512", "--model", "degrade-model"},
-                            path("client.out"));
+  // burst arrives at once. `extra`: more sample-client flags.
+  void start_load(std::uint16_t port, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {build_dir() + "/sample-client", "--port", std::to_string(port), "--concurrency",
+                                     "3", "--requests", "100000", "--read-size", "512", "--model", "degrade-model"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto c = Process::spawn(argv, path("client.out"));
     ASSERT_TRUE(c);
     client_.emplace(std::move(*c));
   }
@@ -223,6 +225,51 @@ TEST_F(Degradation, SlowModeDegradesOnceAndRecoversOnce) {
   const json during_json = json::parse(during, nullptr, false);
   ASSERT_TRUE(during_json.is_object()) << during;
   EXPECT_EQ(during_json["active"].size(), 2u) << during;
+}
+
+// Seed 000's consumer read rate: readers that keep up give no alert; readers
+// that take one event per 25 ms from a server sending one per 10 ms fall
+// ~400 ms behind by the end of each stream, without a gap long enough to be a
+// stall. The client-observed cohort of the server's streams alerts on the
+// delivery lag, on the delivery path; the server's own cohort stays quiet.
+TEST_F(Degradation, LaggingReadersDegradeTheDeliveryPath) {
+  write_config("    - {name: chat, route: /v1/chat/*, delivery_lag_ms: 150}\n");
+  start_daemon({port_});
+  start_server();
+  start_load(port_);
+  std::this_thread::sleep_for(std::chrono::duration<double>(4 * kWindowS));
+  client_->stop(2s);
+  EXPECT_TRUE(lines_of_type(path("records.ndjson"), "alert").empty())
+      << "readers that keep up alerted:\n" << testing::read_file(path("daemon.log"));
+
+  const std::uint64_t slow_at = monotonic_ns();
+  client_.reset();
+  start_load(port_, {"--read-size", "256", "--read-delay-ms", "25"});
+  std::this_thread::sleep_for(std::chrono::duration<double>(5 * kWindowS));
+  stop_all();
+
+  const std::vector<json> alerts = lines_of_type(path("records.ndjson"), "alert");
+  ASSERT_EQ(alerts.size(), 1u) << testing::read_file(path("daemon.log"));
+  const json& a = alerts[0];
+  EXPECT_EQ(a["state"], "degraded");
+  EXPECT_GT(a["ts_ns"].get<std::uint64_t>(), slow_at);
+  EXPECT_EQ(a["cohort"]["vantage"], "client_observed") << a.dump();
+  EXPECT_EQ(a["cohort"]["process"], "sample-server") << a.dump();
+  EXPECT_EQ(a["layer"], "delivery_path") << a.dump();
+  bool lag = false;
+  for (const json& e : a["evidence"]) {
+    if (e["metric"] != "delivery_lag_ms") continue;
+    lag = true;
+    EXPECT_EQ(e["phase"], "delivery");
+    EXPECT_GT(e["observed"].get<double>(), 150) << a.dump();
+  }
+  EXPECT_TRUE(lag) << a.dump();
+  // The streams say where the bytes waited: in the readers' sockets.
+  int fell_behind = 0;
+  for (const json& r : lines_of_type(path("records.ndjson"), "stream")) {
+    if (r["role"] == "server" && r["delivery"].is_object() && r["delivery"]["lag_cause"] == "client_read") ++fell_behind;
+  }
+  EXPECT_GE(fell_behind, 10);
 }
 
 TEST_F(Degradation, BufferingGatewayDegradesOnlyTheDeliveryPath) {

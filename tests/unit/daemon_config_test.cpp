@@ -10,6 +10,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "daemon/config.h"
+#include "daemon/metrics.h"
 #include "support/repo_file.h"
 
 namespace infertap::daemon {
@@ -63,6 +64,8 @@ TEST(DaemonConfig, EmptyDocumentGivesInfertapdDefaults) {
     EXPECT_EQ(c.api.socket, "/run/infertap/infertap.sock");
     EXPECT_EQ(c.metrics.listen, "0.0.0.0:9464");
     EXPECT_EQ(c.metrics.max_label_values, 50u);
+    EXPECT_EQ(c.metrics.max_series_per_family, MetricsConfig{}.max_series_per_family);
+    EXPECT_EQ(c.pipeline.lag_floor_ns, pipe.lag_floor_ns);
     EXPECT_EQ(c.limits.max_streams_in_memory, 2000u);
     EXPECT_EQ(c.limits.sink_queue_lines, 65536u);
     EXPECT_EQ(c.limits.sink_queue_bytes, 64ull << 20);
@@ -90,6 +93,7 @@ targeting:
 stall:
   floor_ms: 250.5
   ratio: 3
+  lag_floor_ms: 350
 pipeline:
   stream_idle_timeout_s: 30
   conn_idle_timeout_s: 0.5
@@ -111,6 +115,7 @@ api:
 metrics:
   listen: "[::]:9100"
   max_label_values: 7
+  max_series_per_family: 30
 )");
   EXPECT_EQ(c.node_name, "gpu-node-7");
   EXPECT_EQ(c.capture.attach, capture::AttachMethod::raw_tracepoints);
@@ -127,6 +132,7 @@ metrics:
   EXPECT_EQ(c.targeting.process_name_patterns, (std::vector<std::string>{"vllm*", "python?"}));
   EXPECT_EQ(c.pipeline.stall_floor_ns, 250'500'000u);
   EXPECT_EQ(c.pipeline.stall_ratio, 3.0);
+  EXPECT_EQ(c.pipeline.lag_floor_ns, 350'000'000u);
   EXPECT_EQ(c.pipeline.stream_idle_timeout_ns, 30'000'000'000u);
   EXPECT_EQ(c.pipeline.conn_idle_timeout_ns, 500'000'000u);
   EXPECT_EQ(c.pipeline.max_timeline_events, 5000u);
@@ -143,6 +149,7 @@ metrics:
   EXPECT_EQ(c.api.socket, "/tmp/x.sock");
   EXPECT_EQ(c.metrics.listen, "[::]:9100");
   EXPECT_EQ(c.metrics.max_label_values, 7u);
+  EXPECT_EQ(c.metrics.max_series_per_family, 30u);
 }
 
 TEST(DaemonConfig, AttachNamesMatchTheCommandLine) {
@@ -194,6 +201,10 @@ TEST(DaemonConfig, RangesNameTheKey) {
   EXPECT_NE(e.find("output.keep_files: must be 0..1000"), std::string::npos) << e;
   e = parse_error("stall: {ratio: -2}");
   EXPECT_NE(e.find("stall.ratio: must be 0..1000, got -2"), std::string::npos) << e;
+  e = parse_error("metrics: {max_series_per_family: 0}");
+  EXPECT_NE(e.find("metrics.max_series_per_family: must be 1..1000000"), std::string::npos) << e;
+  e = parse_error("stall: {lag_floor_ms: -1}");
+  EXPECT_NE(e.find("stall.lag_floor_ms: must be 0..3.6e+06, got -1"), std::string::npos) << e;
   e = parse_error("metrics: {max_label_values: 0}");
   EXPECT_NE(e.find("metrics.max_label_values: must be 1..10000"), std::string::npos) << e;
   e = parse_error("limits: {sink_queue_lines: 99999999999999999999999}");

@@ -390,6 +390,111 @@ TEST(Degrade, LayerDeliveryPathBehindABufferingGateway) {
   }
 }
 
+// The client-observed view a server record's delivery gives (same identity,
+// no client address), its last token delivered `lag_ms` after its emit.
+Observation delivered(double lag_ms) {
+  Observation o = healthy();
+  o.vantage = Vantage::client_observed;
+  o.client_addr.clear();
+  o.delivery_lag_ns = static_cast<std::uint64_t>(lag_ms * 1e6);
+  return o;
+}
+
+DegradationConfig lag_config() {
+  DegradationConfig c = test_config();
+  c.objectives[0].limit[static_cast<std::size_t>(Metric::delivery_lag)] = 500;
+  return c;
+}
+
+// Seed 000's "consumer read rate": the server emits on time, its clients read
+// slower and slower. The client-observed cohort alerts once after the
+// persistence window, on the delivery path, and recovers like any other.
+TEST(Degrade, LaggingClientsAlertOnTheDeliveryPathAndRecover) {
+  Harness h(lag_config());
+  for (int w = 0; w < 2; ++w) {
+    std::vector<Observation> v(10, healthy());
+    v.insert(v.end(), 10, delivered(1));
+    h.feed(v);
+    ASSERT_TRUE(h.close().empty());
+  }
+  for (int w = 0; w < 3; ++w) {
+    std::vector<Observation> v(10, healthy());  // the server's own view: on time
+    for (int i = 0; i < 10; ++i) v.push_back(delivered(i < 7 ? 900 : 2));
+    h.feed(v);
+    const auto alerts = h.close();
+    if (w < 2) EXPECT_TRUE(alerts.empty()) << "window " << w;
+  }
+  ASSERT_EQ(h.all().size(), 1u);
+  const Alert a = h.all()[0];
+  EXPECT_TRUE(a.degraded);
+  EXPECT_EQ(a.cohort.vantage, Vantage::client_observed);
+  EXPECT_EQ(a.cohort.process, "vllm");
+  EXPECT_EQ(a.layer, Layer::delivery_path);
+  ASSERT_EQ(a.evidence.size(), 1u) << "decode and TTFT are healthy";
+  EXPECT_EQ(a.evidence[0].metric, Metric::delivery_lag);
+  EXPECT_EQ(phase_of(a.evidence[0].metric), "delivery");
+  EXPECT_EQ(a.evidence[0].reference, "objective");
+  EXPECT_DOUBLE_EQ(a.evidence[0].observed, 900);
+  EXPECT_DOUBLE_EQ(*a.evidence[0].objective, 500);
+  EXPECT_DOUBLE_EQ(a.evidence[0].affected_share, 0.7);
+  EXPECT_EQ(a.windows, 3u);
+  // They catch up: recovered after exit_windows healthy windows, same id.
+  for (int w = 0; w < 2; ++w) {
+    std::vector<Observation> v(10, healthy());
+    v.insert(v.end(), 10, delivered(1));
+    h.feed(v);
+    h.close();
+  }
+  ASSERT_EQ(h.all().size(), 2u);
+  EXPECT_FALSE(h.all()[1].degraded);
+  EXPECT_EQ(h.all()[1].id, a.id);
+  EXPECT_EQ(h.all()[1].reason, "healthy");
+  EXPECT_TRUE(h.engine().active_alerts().empty());
+
+  // With no server-emit cohort judged on this host, a lag breach is still the path's.
+  Harness alone(lag_config());
+  for (int w = 0; w < 3; ++w) alone.feed(10, delivered(900)), alone.close();
+  ASSERT_EQ(alone.all().size(), 1u);
+  EXPECT_EQ(alone.all()[0].layer, Layer::delivery_path);
+}
+
+// Fast readers: lags of a fraction of a millisecond, and up to the 40 ms of a
+// delayed ACK at the last hop for many streams; no objective breached, and
+// against their own baseline they stay under the lag floor. No alert, ever.
+TEST(Degrade, FastReadersNeverAlertOnLag) {
+  Harness h(lag_config());
+  for (int w = 0; w < 30; ++w) {
+    std::vector<Observation> v(10, healthy());
+    for (int i = 0; i < 10; ++i) v.push_back(delivered(w % 2 == 0 ? 0.05 + 0.01 * i : (i < 6 ? 40 : 0.2)));
+    h.feed(v);
+    EXPECT_TRUE(h.close().empty()) << "window " << w;
+  }
+  EXPECT_TRUE(h.all().empty());
+  for (const CohortStatus& c : h.engine().cohorts()) {
+    if (c.key.vantage == Vantage::client_observed) {
+      EXPECT_TRUE(c.baseline[static_cast<std::size_t>(Metric::delivery_lag)]) << "learned from healthy windows";
+    } else {
+      EXPECT_FALSE(c.baseline[static_cast<std::size_t>(Metric::delivery_lag)]) << "the server's view has no lag";
+    }
+  }
+}
+
+// Against a learned baseline the lag needs the ratio and the lag floor:
+// 60 ms over a 1 ms baseline is not material (delayed ACKs look like that),
+// 300 ms is.
+TEST(Degrade, LagAgainstItsBaselineNeedsTheLagFloor) {
+  Harness h(test_config());  // no lag objective: the baseline alone
+  for (int w = 0; w < 4; ++w) h.feed(10, delivered(1)), h.close();
+  ASSERT_TRUE(h.engine().cohorts()[0].baseline[static_cast<std::size_t>(Metric::delivery_lag)]);
+  for (int w = 0; w < 4; ++w) h.feed(10, delivered(60)), h.close();
+  EXPECT_TRUE(h.all().empty());
+  for (int w = 0; w < 3; ++w) h.feed(10, delivered(300)), h.close();
+  ASSERT_EQ(h.all().size(), 1u);
+  EXPECT_EQ(h.all()[0].evidence[0].metric, Metric::delivery_lag);
+  EXPECT_EQ(h.all()[0].evidence[0].reference, "baseline");
+  EXPECT_EQ(h.all()[0].layer, Layer::delivery_path);
+}
+
 TEST(Degrade, DegradedCohortWithoutTrafficRecoversAsNoTraffic) {
   Harness h(test_config());
   for (int w = 0; w < 3; ++w) h.feed(10, slow()), h.close();
@@ -540,7 +645,7 @@ TEST(DegradeAdapter, ServerRecordIsServerEmitWithItsClientAddress) {
   EXPECT_EQ(*o.longest_pause_ns, 400 * kMs);
   ASSERT_TRUE(o.tokens_per_s);
   EXPECT_EQ(o.end_ns, r.end_ns);
-  EXPECT_EQ(o.stall_causes.at("unclassified"), 1u);
+  EXPECT_EQ(o.stall_causes.at("none"), 1u) << "the record's own name: nothing on the path decided it";
 }
 
 TEST(DegradeAdapter, ClientRecordIsClientObserved) {
@@ -566,6 +671,31 @@ TEST(DegradeAdapter, DeliveryMetricsAddAClientObservedView) {
   EXPECT_FALSE(obs[1].itl_p95_ns);
   EXPECT_EQ(obs[1].stall_causes.at("backpressure"), 2u);
   EXPECT_TRUE(obs[1].client_addr.empty()) << "abuse accounting counts the server view only";
+}
+
+TEST(DegradeAdapter, DeliveryLagReachesTheClientObservedView) {
+  core::StreamRecord r = stream_record(core::Role::server);
+  auto d = std::make_shared<core::Delivery>();
+  d->metrics = r.metrics;
+  d->lag_last_ns = 350 * kMs;
+  r.delivery = d;
+  const auto obs = observations_from(r, delivery_of(r));
+  ASSERT_EQ(obs.size(), 2u);
+  EXPECT_FALSE(obs[0].delivery_lag_ns) << "the server's own view has no lag";
+  EXPECT_EQ(obs[1].vantage, Vantage::client_observed);
+  EXPECT_EQ(*obs[1].delivery_lag_ns, 350 * kMs);
+  EXPECT_DOUBLE_EQ(*metric_values(obs[1])[static_cast<std::size_t>(Metric::delivery_lag)], 350);
+}
+
+TEST(DegradeAdapter, ALowerBoundCountGivesNoRate) {
+  core::StreamRecord r = stream_record(core::Role::server);
+  r.bytes_not_captured = 300;  // a capture hole: the event count is a lower bound
+  core::compute_metrics(r, std::nullopt, core::PipelineConfig{});
+  const auto obs = observations_from(r);
+  ASSERT_EQ(obs.size(), 1u);
+  EXPECT_FALSE(obs[0].tokens_per_s) << "the cohort judges no rate from undercounted tokens";
+  EXPECT_FALSE(metric_values(obs[0])[static_cast<std::size_t>(Metric::tokens_per_s)]);
+  EXPECT_TRUE(obs[0].ttft_ns) << "its times are still judged";
 }
 
 TEST(DegradeAdapter, UnjudgeableRecordsGiveNothing) {
@@ -595,6 +725,7 @@ degradation:
   objective_ratio: 1.1
   baseline_ratio: 2
   latency_floor_ms: 25
+  lag_floor_ms: 150
   rate_floor_tokens_per_s: 3
   baseline: true
   warmup_windows: 6
@@ -611,6 +742,7 @@ degradation:
       itl_p95_ms: 80
       itl_p99_ms: 150
       longest_pause_ms: 1000
+      delivery_lag_ms: 400
     - name: batch
       route: /v1/batch*
       min_tokens_per_s: 5
@@ -638,6 +770,8 @@ degradation:
   EXPECT_DOUBLE_EQ(*d.objectives[0].limit[static_cast<std::size_t>(Metric::ttft)], 800);
   EXPECT_DOUBLE_EQ(*d.objectives[0].limit[static_cast<std::size_t>(Metric::tokens_per_s)], 20);
   EXPECT_DOUBLE_EQ(*d.objectives[0].limit[static_cast<std::size_t>(Metric::longest_pause)], 1000);
+  EXPECT_DOUBLE_EQ(*d.objectives[0].limit[static_cast<std::size_t>(Metric::delivery_lag)], 400);
+  EXPECT_DOUBLE_EQ(d.lag_floor_ms, 150);
   EXPECT_FALSE(d.objectives[1].vantage);
   EXPECT_DOUBLE_EQ(d.abuse.share, 0.6);
   EXPECT_EQ(d.abuse.min_clients, 3u);
@@ -656,8 +790,8 @@ TEST(DegradeConfig, BadValuesAreClearErrors) {
   EXPECT_EQ(error_of("degradation:\n  window: 30\n"),
             "unknown key 'degradation.window' (line 2); known keys in degradation: enabled, window_s, min_streams, "
             "breach_share, recovery_share, enter_windows, exit_windows, stale_windows, objective_ratio, baseline_ratio, "
-            "latency_floor_ms, rate_floor_tokens_per_s, baseline, warmup_windows, history_windows, length_classes, "
-            "objectives, max_cohorts, recent_alerts, abuse");
+            "latency_floor_ms, lag_floor_ms, rate_floor_tokens_per_s, baseline, warmup_windows, history_windows, "
+            "length_classes, objectives, max_cohorts, recent_alerts, abuse");
   EXPECT_EQ(error_of("degradation:\n  window_s: 0\n"), "degradation.window_s: must be 0.1..86400, got 0 (line 2)");
   EXPECT_EQ(error_of("degradation:\n  min_streams: many\n"),
             "degradation.min_streams: must be an integer 1..1000000, got 'many' (line 2)");
@@ -669,7 +803,7 @@ TEST(DegradeConfig, BadValuesAreClearErrors) {
             "degradation.length_classes[1]: below must increase from class to class (line 4)");
   EXPECT_EQ(error_of("degradation:\n  objectives:\n    - name: x\n      route: /v1/*\n"),
             "degradation.objectives[0]: sets no limit: give at least one of ttft_ms, min_tokens_per_s, itl_p95_ms, "
-            "itl_p99_ms, longest_pause_ms (line 3)");
+            "itl_p99_ms, longest_pause_ms, delivery_lag_ms (line 3)");
   EXPECT_EQ(error_of("degradation:\n  objectives:\n    - {vantage: server, ttft_ms: 5}\n"),
             "degradation.objectives[0].vantage: must be server_emit, client_observed or any, got 'server' (line 3)");
   EXPECT_NE(error_of("degradation:\n  objectives:\n    - {length_class: huge, ttft_ms: 5}\n").find("'huge'"),

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
+#include <iostream>
 #include <cmath>
 #include <map>
 #include <regex>
@@ -43,13 +45,15 @@ struct Spec {
   std::string request_model;
   std::string path = "/v1/chat/completions";
   std::string comm = "sample-server";
+  std::uint16_t port = 8000;  // the server's: local for a server record, remote for a client's
   std::optional<std::uint64_t> ttft_ns;
   std::optional<std::uint64_t> e2e_ns;
   std::vector<std::uint64_t> gaps_ns;  // between content events
   std::uint64_t tokens = 0;
   std::optional<double> tokens_per_s;
-  std::size_t stalls = 0;
+  std::vector<core::StallCause> stalls;
   StreamEnd end = StreamEnd::complete;
+  int status = 200;
 };
 
 StreamRecord make_record(const Spec& s) {
@@ -59,12 +63,14 @@ StreamRecord make_record(const Spec& s) {
   r.request_model = s.request_model;
   r.path = s.path;
   r.conn.comm = s.comm;
+  (s.role == Role::client ? r.conn.remote : r.conn.local).port = s.port;
   r.end = s.end;
+  r.status = s.status;
   r.metrics.ttft_ns = s.ttft_ns;
   r.metrics.e2e_ns = s.e2e_ns;
   r.metrics.tokens = s.tokens;
   r.metrics.tokens_per_s = s.tokens_per_s;
-  r.metrics.stalls.resize(s.stalls);
+  for (core::StallCause c : s.stalls) r.metrics.stalls.push_back(core::Stall{.cause = c});
   // A role-only event first, a control event between every content event: only
   // content events make gaps.
   std::uint64_t t = 1'000 * kMs;
@@ -218,8 +224,16 @@ std::map<std::string, std::string> with(std::map<std::string, std::string> base,
   return base;
 }
 
+// Labels of the infertap_* families and of the gen_ai_* families for make_record({}).
 const std::map<std::string, std::string> kSample = {
     {"vantage", "server"}, {"model", "sample"}, {"route", "/v1/chat/completions"}, {"process", "sample-server"}};
+const std::map<std::string, std::string> kSampleGenAi = {{"vantage", "server"},
+                                                         {"gen_ai_operation_name", "chat"},
+                                                         {"gen_ai_request_model", "unknown"},
+                                                         {"gen_ai_response_model", "sample"},
+                                                         {"server_port", "8000"},
+                                                         {"route", "/v1/chat/completions"},
+                                                         {"process", "sample-server"}};
 
 // Every histogram series: cumulative buckets, _count == +Inf bucket.
 void check_histograms(const Exposition& e) {
@@ -260,9 +274,9 @@ TEST(MetricsRegistry, TtftBucketsAreCumulative) {
       {"0.001", 0}, {"0.0025", 0}, {"0.005", 2}, {"0.0075", 2}, {"0.01", 2}, {"0.015", 2}, {"0.02", 2},
       {"0.03", 2},  {"0.05", 2},   {"0.075", 2}, {"0.1", 2},    {"0.15", 2}, {"0.25", 3}, {"0.5", 3},
       {"1", 3},     {"2.5", 3},    {"5", 3},     {"10", 3},     {"+Inf", 4}};
-  for (const auto& [le, count] : want) EXPECT_EQ(value_of(e, b, with(kSample, "le", le)), count) << "le=" << le;
-  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count", kSample), 4);
-  EXPECT_DOUBLE_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_sum", kSample), 20.209);
+  for (const auto& [le, count] : want) EXPECT_EQ(value_of(e, b, with(kSampleGenAi, "le", le)), count) << "le=" << le;
+  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count", kSampleGenAi), 4);
+  EXPECT_DOUBLE_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_sum", kSampleGenAi), 20.209);
   check_histograms(e);
 }
 
@@ -272,32 +286,70 @@ TEST(MetricsRegistry, ItlOneObservationPerContentGap) {
   reg.observe(make_record({.gaps_ns = {3 * kMs}}));
   reg.observe(make_record({}));  // no timeline: no ITL observation
   const Exposition e = parse_exposition(reg.render());
-  const std::string b = "gen_ai_server_time_per_output_token_seconds_bucket";
+  const std::string b = "infertap_inter_token_latency_seconds_bucket";
   EXPECT_EQ(value_of(e, b, with(kSample, "le", "0.0025")), 0);
   EXPECT_EQ(value_of(e, b, with(kSample, "le", "0.005")), 4);
   EXPECT_EQ(value_of(e, b, with(kSample, "le", "0.075")), 4);
   EXPECT_EQ(value_of(e, b, with(kSample, "le", "0.1")), 5);
   EXPECT_EQ(value_of(e, b, with(kSample, "le", "+Inf")), 5);
-  EXPECT_NEAR(value_of(e, "gen_ai_server_time_per_output_token_seconds_sum", kSample), 0.118, 1e-12);
+  EXPECT_NEAR(value_of(e, "infertap_inter_token_latency_seconds_sum", kSample), 0.118, 1e-12);
   EXPECT_EQ(value_of(e, "infertap_streams_total", with(kSample, "end", "complete")), 3);
+  // A server's gaps are not a client's chunk gaps.
+  for (const Sample& s : e.samples) EXPECT_NE(s.name, "gen_ai_client_operation_time_per_output_chunk_seconds_count");
+  check_histograms(e);
+}
+
+// OTel's gen_ai.server.time_per_output_token: one value per request,
+// (duration - TTFT) / (tokens - 1), for successful streams whose count is exact.
+TEST(MetricsRegistry, TimePerOutputTokenIsOnePerRequest) {
+  MetricsRegistry reg;
+  reg.observe(make_record({.ttft_ns = 100 * kMs, .e2e_ns = 1100 * kMs, .gaps_ns = {kMs, 2 * kMs}, .tokens = 11}));
+  reg.observe(make_record({.ttft_ns = 100 * kMs, .e2e_ns = 300 * kMs, .tokens = 1}));  // one token: no TPOT
+  StreamRecord holes = make_record({.ttft_ns = 100 * kMs, .e2e_ns = 900 * kMs, .tokens = 5, .tokens_per_s = 9.0});
+  holes.metrics.counts_lower_bound = true;  // a capture hole: 5 is a lower bound
+  holes.metrics.tokens_per_s.reset();       // as core::compute_metrics leaves it
+  reg.observe(holes);
+  StreamRecord usage = holes;
+  usage.metrics.token_source = core::TokenSource::usage;  // the stream's own count: exact
+  reg.observe(usage);
+  reg.observe(make_record({.ttft_ns = 100 * kMs, .e2e_ns = 1100 * kMs, .tokens = 11, .status = 500}));
+  const Exposition e = parse_exposition(reg.render());
+  const std::string tpot = "gen_ai_server_time_per_output_token_seconds";
+  EXPECT_EQ(value_of(e, tpot + "_count", kSampleGenAi), 2);
+  EXPECT_NEAR(value_of(e, tpot + "_sum", kSampleGenAi), 0.1 + 0.2, 1e-12);
+  EXPECT_EQ(value_of(e, tpot + "_bucket", with(kSampleGenAi, "le", "0.1")), 1);
+  EXPECT_EQ(value_of(e, tpot + "_bucket", with(kSampleGenAi, "le", "0.25")), 2);
+  // Not successful: no TTFT either, but the duration counts.
+  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count", kSampleGenAi), 4);
+  EXPECT_EQ(value_of(e, "gen_ai_server_request_duration_seconds_count", kSampleGenAi), 5);
+  EXPECT_EQ(find(e, "infertap_tokens_per_second_count", kSample), nullptr) << "a lower-bound count has no rate";
+  EXPECT_EQ(value_of(e, "infertap_inter_token_latency_seconds_count", kSample), 2);
   check_histograms(e);
 }
 
 TEST(MetricsRegistry, E2eRateTokensStreamsStalls) {
   MetricsRegistry reg;
-  reg.observe(make_record({.e2e_ns = 1500 * kMs, .tokens = 40, .tokens_per_s = 42.0, .stalls = 2}));
-  reg.observe(make_record({.e2e_ns = 90'000 * kMs, .tokens = 2, .end = StreamEnd::connection_closed}));
+  reg.observe(make_record({.e2e_ns = 1500 * kMs,
+                           .tokens = 40,
+                           .tokens_per_s = 42.0,
+                           .stalls = {core::StallCause::model, core::StallCause::backpressure, core::StallCause::model}}));
+  reg.observe(make_record({.e2e_ns = 90'000 * kMs, .tokens = 2, .stalls = {core::StallCause::none},
+                           .end = StreamEnd::connection_closed}));
   const Exposition e = parse_exposition(reg.render());
-  EXPECT_EQ(value_of(e, "gen_ai_server_request_duration_seconds_bucket", with(kSample, "le", "1")), 0);
-  EXPECT_EQ(value_of(e, "gen_ai_server_request_duration_seconds_bucket", with(kSample, "le", "2.5")), 1);
-  EXPECT_EQ(value_of(e, "gen_ai_server_request_duration_seconds_bucket", with(kSample, "le", "120")), 2);
+  const std::string duration = "gen_ai_server_request_duration_seconds_bucket";
+  EXPECT_EQ(value_of(e, duration, with(kSampleGenAi, "le", "1")), 0);
+  EXPECT_EQ(value_of(e, duration, with(kSampleGenAi, "le", "2.5")), 1);
+  EXPECT_EQ(value_of(e, duration, with(kSampleGenAi, "le", "120")), 2);
   EXPECT_EQ(value_of(e, "infertap_tokens_per_second_bucket", with(kSample, "le", "40")), 0);
   EXPECT_EQ(value_of(e, "infertap_tokens_per_second_bucket", with(kSample, "le", "50")), 1);
   EXPECT_EQ(value_of(e, "infertap_tokens_per_second_count", kSample), 1);
   EXPECT_EQ(value_of(e, "infertap_stream_tokens_total", kSample), 42);
   EXPECT_EQ(value_of(e, "infertap_streams_total", with(kSample, "end", "complete")), 1);
   EXPECT_EQ(value_of(e, "infertap_streams_total", with(kSample, "end", "connection_closed")), 1);
-  EXPECT_EQ(value_of(e, "infertap_stalls_total", with(kSample, "cause", "unclassified")), 2);
+  EXPECT_EQ(value_of(e, "infertap_stalls_total", with(kSample, "cause", "model")), 2);
+  EXPECT_EQ(value_of(e, "infertap_stalls_total", with(kSample, "cause", "backpressure")), 1);
+  EXPECT_EQ(value_of(e, "infertap_stalls_total", with(kSample, "cause", "none")), 1);
+  EXPECT_EQ(find(e, "infertap_stalls_total", with(kSample, "cause", "unclassified")), nullptr);
   EXPECT_EQ(e.types.at("infertap_streams_total"), "counter");
   EXPECT_EQ(e.types.at("gen_ai_server_request_duration_seconds"), "histogram");
   check_histograms(e);
@@ -310,17 +362,42 @@ TEST(MetricsRegistry, Labels) {
                            .request_model = "llama-3",
                            .path = "/v1/completions?stream=true#x",
                            .comm = "curl",
+                           .port = 8080,
                            .ttft_ns = 1 * kMs}));
   reg.observe(make_record({.role = Role::unknown, .model = "", .path = "", .comm = "", .ttft_ns = 1 * kMs}));
   const Exposition e = parse_exposition(reg.render());
-  const std::map<std::string, std::string> client = {
-      {"vantage", "client"}, {"model", "llama-3"}, {"route", "/v1/completions"}, {"process", "curl"}};
-  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count", client), 1);
+  const std::map<std::string, std::string> client = {{"vantage", "client"},
+                                                     {"gen_ai_operation_name", "text_completion"},
+                                                     {"gen_ai_request_model", "llama-3"},
+                                                     {"gen_ai_response_model", "unknown"},
+                                                     {"server_port", "8080"},
+                                                     {"route", "/v1/completions"},
+                                                     {"process", "curl"}};
+  EXPECT_EQ(value_of(e, "gen_ai_client_operation_time_to_first_chunk_seconds_count", client), 1);
+  EXPECT_EQ(value_of(e, "infertap_streams_total", {{"vantage", "client"}, {"model", "llama-3"},
+                                                   {"route", "/v1/completions"}, {"process", "curl"},
+                                                   {"end", "complete"}}),
+            1);
   const std::map<std::string, std::string> unknown = {
       {"vantage", "unknown"}, {"model", "unknown"}, {"route", "unknown"}, {"process", "unknown"}};
-  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count", unknown), 1);
+  EXPECT_EQ(value_of(e, "infertap_streams_total", with(unknown, "end", "complete")), 1);
+  // A client's view is never a gen_ai server metric, a record of unknown role is neither.
+  for (const Sample& s : e.samples) {
+    if (s.name.rfind("gen_ai_server_", 0) == 0) ADD_FAILURE() << "server series from a client or unknown record: " << s.name;
+    if (s.name.rfind("gen_ai_", 0) == 0) EXPECT_NE(s.labels.at("vantage"), "unknown") << s.name;
+  }
   EXPECT_EQ(core::route_of("/a/b?c=d"), "/a/b");
   EXPECT_EQ(core::route_of("/a/b"), "/a/b");
+}
+
+TEST(MetricsRegistry, OperationNamesAreTheGenAiOnes) {
+  EXPECT_EQ(genai_operation_of("/v1/chat/completions"), "chat");
+  EXPECT_EQ(genai_operation_of("/openai/deployments/gpt/chat/completions/"), "chat");
+  EXPECT_EQ(genai_operation_of("/v1/messages"), "chat");
+  EXPECT_EQ(genai_operation_of("/v1/responses"), "chat");
+  EXPECT_EQ(genai_operation_of("/v1/completions"), "text_completion");
+  EXPECT_EQ(genai_operation_of("/v1/embeddings"), "unknown");
+  EXPECT_EQ(genai_operation_of(""), "unknown");
 }
 
 TEST(MetricsRegistry, CardinalityCapFoldsToOther) {
@@ -339,7 +416,11 @@ TEST(MetricsRegistry, CardinalityCapFoldsToOther) {
   EXPECT_EQ(value_of(e, "infertap_streams_total", with(with(kSample, "model", "m1"), "end", "complete")), 2);
   EXPECT_EQ(find(e, "infertap_streams_total", with(with(kSample, "model", "m3"), "end", "complete")), nullptr);
   EXPECT_EQ(value_of(e, "infertap_streams_total", with(with(kSample, "model", "other"), "end", "complete")), 2);
+  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count",
+                     with(kSampleGenAi, "gen_ai_response_model", "other")),
+            2);
   EXPECT_EQ(value_of(e, "infertap_label_overflow_total", {{"label", "model"}}), 2);
+  EXPECT_EQ(value_of(e, "infertap_label_overflow_total", {{"label", "gen_ai_response_model"}}), 2);
   EXPECT_EQ(value_of(e, "infertap_label_overflow_total", {{"label", "route"}}), 0);
   std::set<std::string> models;
   for (const Sample& s : e.samples) {
@@ -355,8 +436,8 @@ TEST(MetricsRegistry, EscapingRoundTrips) {
   const std::string text = reg.render();
   EXPECT_NE(text.find(R"(model="a\"b\\c\nd")"), std::string::npos) << text;
   const Exposition e = parse_exposition(text);
-  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count",
-                     with(with(kSample, "model", model), "route", "/x?" "?/y")),
+  EXPECT_EQ(value_of(e, "infertap_streams_total",
+                     with(with(with(kSample, "model", model), "route", "/x?" "?/y"), "end", "complete")),
             1);
   EXPECT_EQ(escape_label_value("\\\"\n"), "\\\\\\\"\\n");
 }
@@ -367,9 +448,208 @@ TEST(MetricsRegistry, LongLabelValuesAreCut) {
   MetricsRegistry reg(config);
   reg.observe(make_record({.model = "0123456789abcdef", .ttft_ns = kMs}));
   const Exposition e = parse_exposition(reg.render());
-  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count",
-                     {{"vantage", "server"}, {"model", "01234567"}, {"route", "/v1/chat"}, {"process", "sample-s"}}),
+  EXPECT_EQ(value_of(e, "infertap_streams_total",
+                     {{"vantage", "server"}, {"model", "01234567"}, {"route", "/v1/chat"}, {"process", "sample-s"},
+                      {"end", "complete"}}),
             1);
+}
+
+// A server record whose every event reached the final client `lag_ns` after
+// its emit, at `vantage` (core/path/delivery.cpp fills the real one).
+StreamRecord with_delivery(StreamRecord r, core::Vantage vantage, std::uint64_t lag_ns,
+                           const std::function<void(core::Delivery&)>& edit = {}) {
+  auto d = std::make_shared<core::Delivery>();
+  d->vantage = vantage;
+  d->metrics = r.metrics;
+  if (d->metrics.ttft_ns) *d->metrics.ttft_ns += lag_ns;
+  if (d->metrics.e2e_ns) *d->metrics.e2e_ns += lag_ns;
+  d->lag_last_ns = lag_ns;
+  r.path_times.resize(r.timeline.size());
+  for (std::size_t i = 0; i < r.timeline.size(); ++i) r.path_times[i].delivered_ns = r.timeline[i].ts_ns + lag_ns;
+  if (edit) edit(*d);
+  r.delivery = std::move(d);
+  return r;
+}
+
+std::map<std::string, std::string> at_vantage(std::map<std::string, std::string> labels, const std::string& v) {
+  return with(std::move(labels), "vantage", v);
+}
+
+// The client-observed view is counted once, where it is closest to the
+// client: a local client's own record, else the ACKs seen by the last sender.
+TEST(MetricsRegistry, ClientFamiliesTakeEachClientViewOnce) {
+  const Spec stream{.ttft_ns = 10 * kMs, .e2e_ns = 100 * kMs, .gaps_ns = {5 * kMs, 5 * kMs}, .tokens = 3};
+  const std::string ttfc = "gen_ai_client_operation_time_to_first_chunk_seconds";
+  const std::string tpoc = "gen_ai_client_operation_time_per_output_chunk_seconds";
+  {
+    MetricsRegistry reg;  // remote client: the server's socket is the last hop
+    reg.observe(with_delivery(make_record(stream), core::Vantage::acked, 2 * kMs));
+    const Exposition e = parse_exposition(reg.render());
+    const auto acked = at_vantage(kSampleGenAi, "acked");
+    EXPECT_EQ(value_of(e, ttfc + "_count", acked), 1);
+    EXPECT_NEAR(value_of(e, ttfc + "_sum", acked), 0.012, 1e-12);
+    EXPECT_EQ(value_of(e, tpoc + "_count", acked), 2);
+    EXPECT_EQ(value_of(e, "gen_ai_client_operation_duration_seconds_count", acked), 1);
+    EXPECT_EQ(value_of(e, "infertap_inter_token_latency_seconds_count", at_vantage(kSample, "acked")), 2);
+    EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count", kSampleGenAi), 1);
+    EXPECT_NEAR(value_of(e, "infertap_delivery_lag_seconds_sum", at_vantage(kSample, "acked")), 0.002, 1e-12);
+    EXPECT_EQ(find(e, "infertap_streams_total", with(at_vantage(kSample, "acked"), "end", "complete")), nullptr)
+        << "a record is one stream, counted at its own vantage";
+  }
+  {
+    MetricsRegistry reg;  // the next hop is traced (a gateway, a local client): its record is the view
+    StreamRecord r = with_delivery(make_record(stream), core::Vantage::acked, 2 * kMs);
+    r.peer_stream_id = "7-0";
+    reg.observe(r);
+    reg.observe(with_delivery(make_record(stream), core::Vantage::read, 3 * kMs));
+    const Exposition e = parse_exposition(reg.render());
+    for (const Sample& s : e.samples) {
+      EXPECT_EQ(s.name.rfind("gen_ai_client_", 0), std::string::npos) << "counted twice: " << s.name;
+    }
+    EXPECT_EQ(value_of(e, "infertap_delivery_lag_seconds_count", at_vantage(kSample, "acked")), 1);
+    EXPECT_EQ(value_of(e, "infertap_delivery_lag_seconds_count", at_vantage(kSample, "client")), 1);
+    EXPECT_EQ(value_of(e, "infertap_delivery_lag_seconds_bucket", with(at_vantage(kSample, "client"), "le", "0.0025")), 0);
+    EXPECT_EQ(value_of(e, "infertap_delivery_lag_seconds_bucket", with(at_vantage(kSample, "client"), "le", "0.005")), 1);
+  }
+}
+
+TEST(MetricsRegistry, StallsByCauseAtEachVantage) {
+  MetricsRegistry reg;
+  reg.observe(with_delivery(make_record({.gaps_ns = {kMs}, .stalls = {core::StallCause::model}}), core::Vantage::acked,
+                            kMs, [](core::Delivery& d) {
+                              d.metrics.stalls = {core::Stall{.cause = core::StallCause::network},
+                                                  core::Stall{.cause = core::StallCause::model}};
+                            }));
+  reg.observe(make_record({.role = Role::client, .comm = "curl", .stalls = {core::StallCause::client_read}}));
+  const Exposition e = parse_exposition(reg.render());
+  EXPECT_EQ(value_of(e, "infertap_stalls_total", with(kSample, "cause", "model")), 1);
+  EXPECT_EQ(value_of(e, "infertap_stalls_total", with(at_vantage(kSample, "acked"), "cause", "network")), 1);
+  EXPECT_EQ(value_of(e, "infertap_stalls_total", with(at_vantage(kSample, "acked"), "cause", "model")), 1);
+  EXPECT_EQ(value_of(e, "infertap_stalls_total",
+                     with(with(at_vantage(kSample, "client"), "process", "curl"), "cause", "client_read")),
+            1);
+}
+
+// One increment per cause found on a stream the path degraded.
+TEST(MetricsRegistry, PathDegradedStreamsByCause) {
+  MetricsRegistry reg;
+  reg.observe(with_delivery(make_record({.gaps_ns = {kMs}}), core::Vantage::read, 400 * kMs, [](core::Delivery& d) {
+    d.degraded_by_path = true;
+    d.ttft_cause = core::StallCause::gateway_buffering;
+    d.lag_cause = core::StallCause::client_read;
+    d.metrics.stalls = {core::Stall{.cause = core::StallCause::model}, core::Stall{.cause = core::StallCause::network},
+                        core::Stall{.cause = core::StallCause::network}};
+  }));
+  reg.observe(with_delivery(make_record({.gaps_ns = {kMs}}), core::Vantage::read, 400 * kMs, [](core::Delivery& d) {
+    d.degraded_by_path = true;
+    d.lag_cause = core::StallCause::client_read;
+  }));
+  reg.observe(with_delivery(make_record({.gaps_ns = {kMs}}), core::Vantage::acked, kMs,
+                            [](core::Delivery& d) { d.degraded_by_path = true; }));
+  reg.observe(with_delivery(make_record({.gaps_ns = {kMs}}), core::Vantage::read, kMs));  // not degraded
+  const Exposition e = parse_exposition(reg.render());
+  const std::string name = "infertap_path_degraded_streams_total";
+  const auto client = at_vantage(kSample, "client");
+  EXPECT_EQ(value_of(e, name, with(client, "cause", "gateway_buffering")), 1);
+  EXPECT_EQ(value_of(e, name, with(client, "cause", "client_read")), 2);
+  EXPECT_EQ(value_of(e, name, with(client, "cause", "network")), 1) << "one per stream, not per stall";
+  EXPECT_EQ(find(e, name, with(client, "cause", "model")), nullptr);
+  EXPECT_EQ(value_of(e, name, with(at_vantage(kSample, "acked"), "cause", "none")), 1);
+  double total = 0;
+  for (const Sample& s : e.samples) total += s.name == name ? std::stod(s.value) : 0;
+  EXPECT_EQ(total, 5);
+}
+
+// An adversarial mix of label values, 50 models x 50 routes (a 40 MB scrape once). Every family stays
+// within its series budget, the rest is folded into "other" and counted.
+TEST(MetricsRegistry, SeriesBudgetBoundsTheScrape) {
+  const auto feed = [](MetricsRegistry& reg) {
+    for (int m = 0; m < 50; ++m) {
+      for (int r = 0; r < 50; ++r) {
+        reg.observe(make_record({.model = "model-" + std::to_string(m),
+                                 .path = "/v1/tenant-" + std::to_string(r) + "/chat/completions",
+                                 .ttft_ns = 20 * kMs, .e2e_ns = 500 * kMs, .gaps_ns = {5 * kMs, 6 * kMs},
+                                 .tokens = 3, .tokens_per_s = 50.0, .stalls = {core::StallCause::model}}));
+      }
+    }
+  };
+  MetricsConfig unbounded;
+  unbounded.max_series_per_family = 1'000'000;
+  MetricsRegistry before(unbounded), reg;
+  feed(before);
+  feed(reg);
+  const std::string big = before.render(), text = reg.render();
+  const Exposition e = parse_exposition(text);
+  std::map<std::string, std::set<std::map<std::string, std::string>>> series;
+  for (const Sample& s : e.samples) {
+    auto labels = s.labels;
+    labels.erase("le");
+    series[family_of(s.name, e.types)].insert(labels);
+  }
+  const std::size_t budget = MetricsConfig{}.max_series_per_family;
+  for (const auto& [family, sets] : series) EXPECT_LE(sets.size(), budget + 2) << family;  // + the overflow series
+  EXPECT_EQ(series["gen_ai_server_time_to_first_token_seconds"].size(), budget + 1);
+  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count",
+                     {{"vantage", "server"}, {"gen_ai_operation_name", "other"}, {"gen_ai_request_model", "other"},
+                      {"gen_ai_response_model", "other"}, {"server_port", "other"}, {"route", "other"},
+                      {"process", "other"}}),
+            2500 - budget);
+  EXPECT_EQ(value_of(e, "infertap_series_overflow_total", {{"family", "gen_ai_server_time_to_first_token_seconds"}}),
+            2500 - budget);
+  EXPECT_EQ(value_of(e, "infertap_series_overflow_total", {{"family", "infertap_stalls_total"}}), 2500 - budget);
+  std::cout << "adversarial mix: " << big.size() << " bytes unbounded, " << text.size() << " bytes with the budget, "
+            << e.samples.size() << " samples\n";
+  EXPECT_LT(text.size(), 3u << 20);
+  EXPECT_GT(big.size(), 8 * text.size());
+  check_histograms(e);
+}
+
+// While nothing changed, a scrape is served the last rendering; any change
+// (a record, the self counters) makes the next scrape render anew.
+TEST(MetricsRegistry, AnUnchangedStateIsRenderedOnce) {
+  MetricsRegistry reg;
+  reg.observe(make_record({.ttft_ns = kMs}));
+  const auto first = reg.scrape();
+  EXPECT_EQ(reg.scrape(), first) << "the same buffer";
+  EXPECT_EQ(reg.renders(), 1u);
+  reg.observe(make_record({.ttft_ns = kMs}));
+  const auto second = reg.scrape();
+  EXPECT_NE(second, first);
+  EXPECT_EQ(value_of(parse_exposition(*second), "gen_ai_server_time_to_first_token_seconds_count", kSampleGenAi), 2);
+  reg.set_self({}, {});
+  EXPECT_NE(reg.scrape(), second);
+  EXPECT_EQ(reg.renders(), 3u);
+  EXPECT_EQ(value_of(parse_exposition(reg.render()), "infertap_scrape_renderings_total", {}), 3);
+}
+
+// Concurrent scrapes share a rendering instead of making one each.
+TEST(MetricsRegistry, ConcurrentScrapesShareOneRendering) {
+  MetricsRegistry reg;
+  for (int m = 0; m < 200; ++m) {
+    reg.observe(make_record({.model = "m" + std::to_string(m % 50), .path = "/v1/r" + std::to_string(m / 50),
+                             .ttft_ns = kMs, .gaps_ns = {kMs, kMs}}));
+  }
+  constexpr int kScrapers = 32;
+  std::atomic<int> ready{0};
+  std::vector<std::shared_ptr<const std::string>> got(kScrapers);
+  std::vector<std::thread> scrapers;
+  const std::uint64_t before = reg.renders();
+  for (int i = 0; i < kScrapers; ++i) {
+    scrapers.emplace_back([&, i] {
+      ready.fetch_add(1);
+      while (ready.load() < kScrapers) std::this_thread::yield();
+      got[i] = reg.scrape();
+    });
+  }
+  for (auto& t : scrapers) t.join();
+  const std::uint64_t renders = reg.renders() - before;
+  std::set<const std::string*> buffers;
+  for (const auto& g : got) {
+    ASSERT_TRUE(g);
+    buffers.insert(g.get());
+  }
+  EXPECT_EQ(buffers.size(), renders);
+  EXPECT_LT(renders, static_cast<std::uint64_t>(kScrapers) / 2);
 }
 
 TEST(MetricsRegistry, SelfMetrics) {
@@ -449,7 +729,7 @@ TEST(MetricsRegistry, ConcurrentObserveAndRender) {
   double ttft = 0, itl = 0;
   for (const Sample& s : e.samples) {
     if (s.name == "gen_ai_server_time_to_first_token_seconds_count") ttft += std::stod(s.value);
-    if (s.name == "gen_ai_server_time_per_output_token_seconds_count") itl += std::stod(s.value);
+    if (s.name == "infertap_inter_token_latency_seconds_count") itl += std::stod(s.value);
   }
   EXPECT_EQ(ttft, kThreads * kPerThread);
   EXPECT_EQ(itl, 2 * kThreads * kPerThread);
@@ -510,7 +790,7 @@ TEST(HttpServer, ServesMetricsHealthReady) {
   EXPECT_EQ(metrics.status, 200);
   EXPECT_NE(metrics.headers.find("content-type: text/plain; version=0.0.4"), std::string::npos) << metrics.headers;
   const Exposition e = parse_exposition(metrics.body);
-  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_bucket", with(kSample, "le", "0.005")), 1);
+  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_bucket", with(kSampleGenAi, "le", "0.005")), 1);
 
   EXPECT_EQ(http_get(server->port(), "/healthz").status, 200);
   EXPECT_EQ(http_get(server->port(), "/readyz").status, 503);

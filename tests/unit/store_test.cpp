@@ -228,6 +228,28 @@ TEST(RecordStore, StatsAggregatePerStreamValuesPerGroup) {
   EXPECT_TRUE(empty.stats(GroupBy::model)["groups"].empty());
 }
 
+// A stream the capture did not see whole (bytes lost) counts its events as a
+// lower bound; its event-based rate is unknown, and the stats leave it out.
+TEST(RecordStore, StatsLeaveOutTheRateOfLowerBoundCounts) {
+  RecordStore store(fixed_clock_options());
+  core::StreamRecord holes = metric_record(1, "llama", 100, 10, 10, 0, 10 * kS);
+  for (int i = 0; i < 4; ++i) {
+    core::TimelineEvent e;
+    e.ts_ns = kS + static_cast<std::uint64_t>(i) * 100'000'000;
+    e.kind = protocol::EventKind::content;
+    holes.timeline.push_back(e);
+  }
+  holes.bytes_lost = 500;
+  core::compute_metrics(holes, std::nullopt, core::PipelineConfig{});
+  ASSERT_TRUE(holes.metrics.counts_lower_bound);
+  ASSERT_FALSE(holes.metrics.tokens_per_s);
+  store.add(std::move(holes));
+  store.add(metric_record(2, "llama", 100, 10, 20, 0, 11 * kS));  // 20 tokens/s
+  const json s = store.stats(GroupBy::model);
+  EXPECT_EQ(s["groups"][0]["streams"], 2);
+  EXPECT_DOUBLE_EQ(s["groups"][0]["tokens_per_s_p50"].get<double>(), 20.0) << "the other stream's rate alone";
+}
+
 TEST(RecordStore, GroupKeys) {
   // The keys themselves: core/labels_test.cpp.
   EXPECT_EQ(parse_group_by("container"), GroupBy::container);

@@ -78,6 +78,8 @@ class Pipeline {
     config_.stall_floor_ns = floor_ns;
     config_.stall_ratio = ratio;
   }
+  // The delivery lag floor (a client fell behind), likewise.
+  void set_lag_floor(std::uint64_t floor_ns) { config_.lag_floor_ns = floor_ns; }
 
   void set_admit(Admit admit) { admit_ = std::move(admit); }
   // Deletes the kernel's entry for a socket that is already closed (its

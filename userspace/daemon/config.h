@@ -11,7 +11,7 @@
 //   capture.*                      -> capture
 //   targeting.pids / .ports        -> capture.pids / capture.ports (also kept in targeting)
 //   targeting.cgroups              -> targeting.cgroups (paths; resolve_cgroup_ids() at start)
-//   stall.floor_ms / .ratio        -> pipeline.stall_floor_ns / pipeline.stall_ratio
+//   stall.floor_ms / .ratio / .lag_floor_ms -> pipeline.stall_floor_ns / .stall_ratio / .lag_floor_ns
 //   pipeline.*                     -> pipeline
 //   limits.max_connections         -> pipeline.max_connections
 //   limits.* (others), output.*, api.*, metrics.*, kubernetes.*, node_name -> the daemon's own structs
@@ -57,6 +57,7 @@ struct ApiSettings {
 struct MetricsSettings {
   std::string listen = "0.0.0.0:9464";  // Prometheus /metrics, /healthz, /readyz
   std::size_t max_label_values = 50;    // distinct values per label before "other"
+  std::size_t max_series_per_family = 100;  // series per stream family before its overflow series
 };
 
 struct LimitSettings {

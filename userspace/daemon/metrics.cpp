@@ -5,71 +5,28 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <chrono>
 #include <cmath>
+#include <exception>
 #include <fstream>
 #include <sstream>
 
-#include "core/labels.h"
+#include "daemon/stream_families.h"
 
 namespace infertap::daemon {
 
 namespace {
 
+using metrics_detail::CounterFamily;
+using metrics_detail::Family;
+using metrics_detail::Histogram;
+using metrics_detail::HistogramFamily;
+using metrics_detail::LabelSet;
+using metrics_detail::LabelValues;
+using metrics_detail::kCounterFamilies;
+using metrics_detail::kHistogramFamilies;
+
 constexpr std::string_view kOther = "other";
-constexpr std::string_view kUnknown = "unknown";
-
-// Bucket index for v: the first upper bound >= v (le is inclusive); bounds.size() = +Inf.
-std::size_t bucket_of(const std::vector<double>& bounds, double v) {
-  return static_cast<std::size_t>(std::lower_bound(bounds.begin(), bounds.end(), v) - bounds.begin());
-}
-
-// Invalid UTF-8 bytes become '?': Prometheus rejects label values that are not UTF-8.
-std::string sanitize_utf8(std::string_view in, std::size_t max_bytes) {
-  std::string out;
-  out.reserve(std::min(in.size(), max_bytes));
-  std::size_t i = 0;
-  while (i < in.size()) {
-    const auto c = static_cast<unsigned char>(in[i]);
-    std::size_t len = 0;
-    if (c < 0x80) len = 1;
-    else if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4;
-    bool ok = len > 0 && i + len <= in.size();
-    for (std::size_t k = 1; ok && k < len; ++k) {
-      ok = (static_cast<unsigned char>(in[i + k]) & 0xC0) == 0x80;
-    }
-    if (ok && len >= 3) {  // overlong, surrogate and > U+10FFFF forms
-      const auto c1 = static_cast<unsigned char>(in[i + 1]);
-      if (c == 0xE0 && c1 < 0xA0) ok = false;
-      if (c == 0xED && c1 >= 0xA0) ok = false;
-      if (c == 0xF0 && c1 < 0x90) ok = false;
-      if (c == 0xF4 && c1 >= 0x90) ok = false;
-    }
-    if (!ok) len = 1;
-    if (out.size() + (ok ? len : 1) > max_bytes) break;
-    if (ok) out.append(in.substr(i, len));
-    else out.push_back('?');
-    i += len;
-  }
-  return out;
-}
-
-std::string_view vantage_label(core::Role r) {
-  switch (r) {
-    case core::Role::server: return "server";
-    case core::Role::client: return "client";
-    default: return kUnknown;
-  }
-}
-
-void add(std::vector<std::uint64_t>& counts, double& sum, std::uint64_t& count,
-         const std::vector<double>& bounds, double v) {
-  if (std::isnan(v)) return;
-  counts[bucket_of(bounds, v)] += 1;
-  sum += v;
-  count += 1;
-}
 
 // Process CPU (user + system) from /proc/self/stat, seconds.
 double process_cpu_seconds() {
@@ -101,8 +58,41 @@ std::uint64_t process_resident_bytes() {
 
 // ---- exposition writer ---------------------------------------------------
 
+// name="value" appended to a series' labels (comma-separated, no braces).
+void add_label(std::string& out, std::string_view name, std::string_view value) {
+  if (!out.empty()) out += ',';
+  out += name;
+  out += "=\"";
+  out += escape_label_value(value);
+  out += '"';
+}
+
+// name{labels[,le="bound"]} value
+void line(std::string& out, std::string_view name, std::string_view labels, std::string_view le,
+          std::string_view value) {
+  out += name;
+  if (!labels.empty() || !le.empty()) {
+    out += '{';
+    out += labels;
+    if (!le.empty()) {
+      if (!labels.empty()) out += ',';
+      out += "le=\"";
+      out += le;
+      out += '"';
+    }
+    out += '}';
+  }
+  out += ' ';
+  out += value;
+  out += '\n';
+}
+
 class Writer {
  public:
+  // `expected`: about the size of the text (the last one's): one allocation
+  // instead of a doubling series whose freed steps the heap keeps.
+  explicit Writer(std::size_t expected = 0) { out_.reserve(expected); }
+
   void family(std::string_view name, std::string_view type, std::string_view help) {
     out_ += "# HELP ";
     out_ += name;
@@ -122,23 +112,9 @@ class Writer {
   using Labels = std::vector<std::pair<std::string_view, std::string_view>>;
 
   void sample(std::string_view name, const Labels& labels, std::string_view value) {
-    out_ += name;
-    if (!labels.empty()) {
-      out_ += '{';
-      bool first = true;
-      for (const auto& [k, v] : labels) {
-        if (!first) out_ += ',';
-        first = false;
-        out_ += k;
-        out_ += "=\"";
-        out_ += escape_label_value(v);
-        out_ += '"';
-      }
-      out_ += '}';
-    }
-    out_ += ' ';
-    out_ += value;
-    out_ += '\n';
+    std::string rendered;
+    for (const auto& [k, v] : labels) add_label(rendered, k, v);
+    line(out_, name, rendered, {}, value);
   }
   void sample(std::string_view name, const Labels& labels, std::uint64_t value) {
     sample(name, labels, std::to_string(value));
@@ -147,89 +123,100 @@ class Writer {
     sample(name, labels, format_double(value));
   }
 
+  std::string& out() { return out_; }
   std::string take() { return std::move(out_); }
 
  private:
   std::string out_;
 };
 
-Writer::Labels stream_labels(const std::vector<std::string>& values, std::string_view extra_name = {}) {
-  Writer::Labels l;
-  for (std::size_t i = 0; i < MetricsRegistry::kLabels && i < values.size(); ++i) {
-    l.emplace_back(MetricsRegistry::kLabelNames[i], values[i]);
+// name="value",... of a series (no braces): its label values under their names.
+std::string render_labels(const LabelValues& values, const std::string_view* names, std::size_t n,
+                          std::string_view extra_name = {}) {
+  std::string out;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::string_view name = i < n ? names[i] : extra_name;
+    if (!name.empty()) add_label(out, name, values[i]);
   }
-  if (!extra_name.empty() && values.size() > MetricsRegistry::kLabels) {
-    l.emplace_back(extra_name, values[MetricsRegistry::kLabels]);
-  }
-  return l;
+  return out;
+}
+
+std::string render_labels(const LabelValues& values, LabelSet set, std::string_view extra_name = {}) {
+  return set == LabelSet::gen_ai
+             ? render_labels(values, MetricsRegistry::kGenAiLabelNames, MetricsRegistry::kGenAiLabels, extra_name)
+             : render_labels(values, MetricsRegistry::kLabelNames, MetricsRegistry::kLabels, extra_name);
 }
 
 // ---- families of render() ----------------------------------------------------
-// Templates over the registry's private state types.
 
-template <class Family>
-void write_histograms(Writer& w, std::string_view name, std::string_view help, const Family& family,
+void write_histograms(Writer& w, const metrics_detail::HistogramSpec& spec, const Family<Histogram>& family,
                       const std::vector<double>& bounds) {
-  w.family(name, "histogram", help);
-  const std::string bucket = std::string(name) + "_bucket";
-  const std::string sum = std::string(name) + "_sum";
-  const std::string count = std::string(name) + "_count";
+  w.family(spec.name, "histogram", spec.help);
+  const std::string bucket = std::string(spec.name) + "_bucket";
+  const std::string sum = std::string(spec.name) + "_sum";
+  const std::string count = std::string(spec.name) + "_count";
   std::vector<std::string> le_values;
   for (double b : bounds) le_values.push_back(format_double(b));
   le_values.emplace_back("+Inf");
-  for (const auto& [values, h] : family) {
-    Writer::Labels labels = stream_labels(values);
+  std::string& out = w.out();
+  for (const auto& [values, h] : family.series) {
+    const std::string labels = render_labels(values, spec.labels);
     std::uint64_t cumulative = 0;
-    for (std::size_t i = 0; i < h.counts.size(); ++i) {
+    for (std::size_t i = 0; i < h.counts.size() && i < le_values.size(); ++i) {
       cumulative += h.counts[i];
-      Writer::Labels with_le = labels;
-      with_le.emplace_back("le", le_values[i]);
-      w.sample(bucket, with_le, cumulative);
+      line(out, bucket, labels, le_values[i], std::to_string(cumulative));
     }
-    w.sample_double(sum, labels, h.sum);
-    w.sample(count, labels, h.count);
+    line(out, sum, labels, {}, format_double(h.sum));
+    line(out, count, labels, {}, std::to_string(h.count));
   }
 }
 
-template <class Family>
-void write_counters(Writer& w, std::string_view name, std::string_view help, const Family& family,
-                    std::string_view extra_label) {
-  w.family(name, "counter", help);
-  for (const auto& [values, v] : family) w.sample(name, stream_labels(values, extra_label), v);
+void write_counters(Writer& w, const metrics_detail::CounterSpec& spec, const Family<std::uint64_t>& family) {
+  w.family(spec.name, "counter", spec.help);
+  for (const auto& [values, v] : family.series) {
+    line(w.out(), spec.name, render_labels(values, LabelSet::infertap, spec.extra), {}, std::to_string(v));
+  }
 }
 
 template <class State>
 void write_stream_metrics(Writer& w, const State& s, const MetricsConfig& config) {
-  const std::vector<double>& lat = config.latency_buckets;
-  write_histograms(w, "gen_ai_server_time_to_first_token_seconds",
-                   "Time to first token: first content event minus request end, at the record's vantage.", s.ttft, lat);
-  write_histograms(w, "gen_ai_server_time_per_output_token_seconds",
-                   "Inter-token latency: one observation per gap between consecutive content events.", s.itl, lat);
-  write_histograms(w, "gen_ai_server_request_duration_seconds", "End to end: last SSE event minus request end.", s.e2e,
-                   config.duration_buckets);
-  write_histograms(w, "infertap_tokens_per_second",
-                   "Streaming token rate after the first token, one observation per stream.", s.rate,
-                   config.rate_buckets);
-  write_counters(w, "infertap_stream_tokens_total",
-                 "Output tokens of finished streams (usage count, else content events).", s.tokens, {});
-  write_counters(w, "infertap_streams_total", "Finished streams by how they ended.", s.streams, "end");
-  write_counters(w, "infertap_stalls_total", "Gaps between content events above the stall threshold.", s.stalls,
-                 "cause");
+  for (std::size_t i = 0; i < kHistogramFamilies; ++i) {
+    const auto f = static_cast<HistogramFamily>(i);
+    write_histograms(w, metrics_detail::spec_of(f), s.histograms[i], metrics_detail::bounds_of(f, config));
+  }
+  for (std::size_t i = 0; i < kCounterFamilies; ++i) {
+    write_counters(w, metrics_detail::spec_of(static_cast<CounterFamily>(i)), s.counters[i]);
+  }
+  w.family("infertap_series_overflow_total", "counter",
+           "Stream records whose update of a family went to its overflow series (series budget).");
+  for (std::size_t i = 0; i < kHistogramFamilies; ++i) {
+    w.sample("infertap_series_overflow_total", {{"family", metrics_detail::spec_of(static_cast<HistogramFamily>(i)).name}},
+             s.histograms[i].folded);
+  }
+  for (std::size_t i = 0; i < kCounterFamilies; ++i) {
+    w.sample("infertap_series_overflow_total", {{"family", metrics_detail::spec_of(static_cast<CounterFamily>(i)).name}},
+             s.counters[i].folded);
+  }
 }
+
+// Every label the caps apply to, for infertap_label_overflow_total.
+constexpr std::string_view kCappedLabels[] = {"model", "route", "process", "gen_ai_request_model",
+                                              "gen_ai_response_model", "server_port"};
 
 template <class State>
 void write_degradation_metrics(Writer& w, const State& s) {
   w.family("infertap_degradation_cohort_degraded", "gauge",
            "Degradation cohorts: 1 while degraded, 0 while judged healthy or learning (docs/degradation.md).");
-  for (const auto& [values, v] : s.cohort_degraded) {
-    w.sample("infertap_degradation_cohort_degraded", stream_labels(values, "length_class"), v);
+  for (const auto& [values, v] : s.cohort_degraded.series) {
+    line(w.out(), "infertap_degradation_cohort_degraded", render_labels(values, LabelSet::infertap, "length_class"),
+         {}, std::to_string(v));
   }
   w.family("infertap_abuse_signals_active", "gauge",
            "Clients holding a disproportionate share of a process's decode time now (docs/degradation.md).");
   w.sample("infertap_abuse_signals_active", {}, s.abuse_active);
   w.family("infertap_label_overflow_total", "counter",
            "Observations whose label value was replaced by \"other\" (cardinality cap).");
-  for (std::string_view label : MetricsRegistry::kLabelNames) {
+  for (std::string_view label : kCappedLabels) {
     const auto it = s.overflow.find(std::string(label));
     w.sample("infertap_label_overflow_total", {{"label", label}}, it == s.overflow.end() ? 0 : it->second);
   }
@@ -326,83 +313,65 @@ std::vector<double> MetricsConfig::default_rate_buckets() {
 
 MetricsRegistry::MetricsRegistry(MetricsConfig config) : config_(std::move(config)) {}
 
-std::string MetricsRegistry::cap_label(std::size_t label, std::string value, bool count_overflow) {
-  std::set<std::string>& seen = seen_[label];
+std::string MetricsRegistry::cap_label(std::string_view name, std::string value, bool count_overflow) {
+  auto it = seen_.find(name);
+  if (it == seen_.end()) it = seen_.emplace(std::string(name), std::set<std::string>{}).first;
+  std::set<std::string>& seen = it->second;
   if (seen.count(value) != 0) return value;
   if (seen.size() < config_.max_label_values) {
     seen.insert(value);
     return value;
   }
-  if (count_overflow) state_.overflow[std::string(kLabelNames[label])] += 1;
+  if (count_overflow) state_.overflow[std::string(name)] += 1;
   return std::string(kOther);
 }
 
+template <class V>
+V& MetricsRegistry::series(Family<V>& family, LabelValues labels, std::size_t stream_labels) {
+  if (const auto it = family.series.find(labels); it != family.series.end()) return it->second;
+  if (family.series.size() >= config_.max_series_per_family) {
+    // The overflow series: vantage (never mixed) and the family's own label kept.
+    for (std::size_t i = 1; i < stream_labels && i < labels.size(); ++i) labels[i] = kOther;
+    family.folded += 1;
+  }
+  return family.series[std::move(labels)];
+}
+
 void MetricsRegistry::observe(const core::StreamRecord& record) {
-  const core::StreamMetrics& m = record.metrics;
-
   // Everything that does not touch shared state happens before the lock.
-  std::string raw[kLabels];
-  raw[0] = vantage_label(record.role);
-  raw[1] = core::model_of(record);
-  raw[2] = core::route_of(record.path);
-  raw[3] = record.conn.comm;
-  for (std::string& v : raw) {
-    v = sanitize_utf8(v, config_.max_label_bytes);
-    if (v.empty()) v = kUnknown;
-  }
-
-  // ITL: one observation per gap between consecutive content events.
-  const std::vector<double>& lat = config_.latency_buckets;
-  Histogram itl{std::vector<std::uint64_t>(lat.size() + 1, 0), 0, 0};
-  bool have_prev = false;
-  core::TimestampNs prev = 0;
-  for (const core::TimelineEvent& e : record.timeline) {
-    if (e.kind != protocol::EventKind::content) continue;
-    if (have_prev) {
-      const std::uint64_t gap = e.ts_ns >= prev ? e.ts_ns - prev : 0;
-      add(itl.counts, itl.sum, itl.count, lat, static_cast<double>(gap) / 1e9);
-    }
-    prev = e.ts_ns;
-    have_prev = true;
-  }
-
-  const std::string end(core::to_string(record.end));
+  metrics_detail::RecordDeltas d = metrics_detail::deltas_of(record, config_);
+  metrics_detail::RecordLabels& raw = d.labels;
 
   std::lock_guard<std::mutex> lock(mu_);
-  LabelValues labels(kLabels);
-  for (std::size_t i = 0; i < kLabels; ++i) labels[i] = cap_label(i, std::move(raw[i]));
-
-  auto hist = [&](std::map<LabelValues, Histogram>& family, const std::vector<double>& bounds) -> Histogram& {
-    auto [it, inserted] = family.try_emplace(labels);
-    if (inserted) it->second.counts.assign(bounds.size() + 1, 0);
-    return it->second;
-  };
-  if (m.ttft_ns) {
-    Histogram& h = hist(state_.ttft, lat);
-    add(h.counts, h.sum, h.count, lat, static_cast<double>(*m.ttft_ns) / 1e9);
+  const std::string route = cap_label("route", std::move(raw.route));
+  const std::string process = cap_label("process", std::move(raw.process));
+  const LabelValues infertap = {{}, cap_label("model", std::move(raw.model)), route, process};
+  const LabelValues gen_ai = {{},
+                              std::string(raw.operation),
+                              cap_label("gen_ai_request_model", std::move(raw.request_model)),
+                              cap_label("gen_ai_response_model", std::move(raw.response_model)),
+                              cap_label("server_port", std::move(raw.server_port)),
+                              route,
+                              process};
+  for (const metrics_detail::HistogramDelta& h : d.histograms) {
+    const bool otel = metrics_detail::spec_of(h.family).labels == LabelSet::gen_ai;
+    LabelValues labels = otel ? gen_ai : infertap;
+    labels[0] = h.vantage;
+    Histogram& into = series(state_.histograms[static_cast<std::size_t>(h.family)], std::move(labels),
+                             otel ? kGenAiLabels : kLabels);
+    if (into.counts.empty()) into.counts.assign(h.h.counts.size(), 0);
+    for (std::size_t i = 0; i < into.counts.size() && i < h.h.counts.size(); ++i) into.counts[i] += h.h.counts[i];
+    into.sum += h.h.sum;
+    into.count += h.h.count;
   }
-  if (m.e2e_ns) {
-    Histogram& h = hist(state_.e2e, config_.duration_buckets);
-    add(h.counts, h.sum, h.count, config_.duration_buckets, static_cast<double>(*m.e2e_ns) / 1e9);
+  for (metrics_detail::CounterDelta& c : d.counters) {
+    LabelValues labels = infertap;
+    labels[0] = c.vantage;
+    if (!metrics_detail::spec_of(c.family).extra.empty()) labels.push_back(std::move(c.extra));
+    series(state_.counters[static_cast<std::size_t>(c.family)], std::move(labels), kLabels) += c.n;
   }
-  if (m.tokens_per_s) {
-    Histogram& h = hist(state_.rate, config_.rate_buckets);
-    add(h.counts, h.sum, h.count, config_.rate_buckets, *m.tokens_per_s);
-  }
-  if (itl.count != 0) {
-    Histogram& h = hist(state_.itl, lat);
-    for (std::size_t i = 0; i < h.counts.size(); ++i) h.counts[i] += itl.counts[i];
-    h.sum += itl.sum;
-    h.count += itl.count;
-  }
-  state_.tokens[labels] += m.tokens;
-  LabelValues with_end = labels;
-  with_end.push_back(end);
-  state_.streams[with_end] += 1;
-  LabelValues with_cause = std::move(labels);
-  with_cause.emplace_back("unclassified");  // not split by cause here yet; records carry it (stalls[].cause)
-  state_.stalls[with_cause] += m.stalls.size();
   state_.sse_parse_errors += record.parse_errors;
+  ++version_;
 }
 
 void MetricsRegistry::set_self(const capture::CaptureStats& capture, const core::PipelineCounters& pipeline,
@@ -412,37 +381,91 @@ void MetricsRegistry::set_self(const capture::CaptureStats& capture, const core:
   state_.pipeline = pipeline;
   state_.sink = sink;
   state_.extra = extra;
+  ++version_;
 }
 
 void MetricsRegistry::set_degradation(const std::vector<CohortStateSample>& cohorts, std::uint64_t abuse_active) {
   std::lock_guard<std::mutex> lock(mu_);
-  state_.cohort_degraded.clear();
+  state_.cohort_degraded = {};
   for (const CohortStateSample& c : cohorts) {
-    // A refresh is not an observation: values over the cap fold into "other" uncounted.
-    const std::string raw[kLabels] = {c.vantage, c.model, c.route, c.process};
-    LabelValues labels;
-    for (std::size_t i = 0; i < kLabels; ++i) {
-      std::string v = sanitize_utf8(raw[i], config_.max_label_bytes);
-      labels.push_back(cap_label(i, v.empty() ? std::string(kUnknown) : std::move(v), false));
+    // A refresh is not an observation: values over the caps fold into "other" uncounted.
+    LabelValues labels = {metrics_detail::label_value(c.vantage, config_.max_label_bytes)};
+    const std::pair<std::string_view, const std::string*> capped[] = {
+        {"model", &c.model}, {"route", &c.route}, {"process", &c.process}};
+    for (const auto& [name, value] : capped) {
+      labels.push_back(cap_label(name, metrics_detail::label_value(*value, config_.max_label_bytes), false));
     }
-    labels.push_back(sanitize_utf8(c.length_class, config_.max_label_bytes));
-    std::uint64_t& g = state_.cohort_degraded[labels];
+    labels.push_back(metrics_detail::label_value(c.length_class, config_.max_label_bytes));
+    std::uint64_t& g = series(state_.cohort_degraded, std::move(labels), kLabels);
     g = std::max<std::uint64_t>(g, c.degraded ? 1 : 0);
   }
+  state_.cohort_degraded.folded = 0;
   state_.abuse_active = abuse_active;
+  ++version_;
 }
 
-std::string MetricsRegistry::render() const {
+std::string MetricsRegistry::render_now(std::uint64_t rendering, std::uint64_t* version) const {
   State s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     s = state_;
+    *version = version_;
   }
-  Writer w;
+  Writer w(last_size_.load(std::memory_order_relaxed) * 9 / 8 + 4096);
   write_stream_metrics(w, s, config_);
   write_degradation_metrics(w, s);
+  w.family("infertap_scrape_renderings_total", "counter",
+           "Renderings of the metrics text: scrapes that arrive during one, or while nothing changed, share it.");
+  w.sample("infertap_scrape_renderings_total", {}, rendering);
   write_self_metrics(w, s);
-  return w.take();
+  std::string text = w.take();
+  last_size_.store(text.size(), std::memory_order_relaxed);
+  return text;
+}
+
+std::shared_ptr<const std::string> MetricsRegistry::scrape() const {
+  std::unique_lock<std::mutex> lock(scrape_mu_);
+  if (rendering_) {
+    // Another scrape is rendering: its text is as fresh as a new one would be.
+    const std::uint64_t ongoing = renders_;
+    render_done_.wait(lock, [&] { return renders_ != ongoing; });
+    if (last_) return last_;
+    render_done_.wait(lock, [&] { return !rendering_; });  // that one failed: render anew, one at a time
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (last_ && now - last_at_ < kReuseFor) {
+    std::lock_guard<std::mutex> state_lock(mu_);
+    if (version_ == last_version_) return last_;  // nothing changed since
+  }
+  rendering_ = true;
+  const std::uint64_t nth = renders_ + 1;
+  lock.unlock();
+  std::shared_ptr<const std::string> text;
+  std::uint64_t version = 0;
+  std::exception_ptr failed;
+  try {
+    text = std::make_shared<const std::string>(render_now(nth, &version));
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  lock.lock();
+  if (text) {
+    last_ = text;
+    last_version_ = version;
+    last_at_ = now;
+  }
+  rendering_ = false;
+  ++renders_;
+  render_done_.notify_all();
+  if (failed) std::rethrow_exception(failed);
+  return text;
+}
+
+std::string MetricsRegistry::render() const { return *scrape(); }
+
+std::uint64_t MetricsRegistry::renders() const {
+  std::lock_guard<std::mutex> lock(scrape_mu_);
+  return renders_;
 }
 
 }  // namespace infertap::daemon

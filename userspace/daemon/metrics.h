@@ -1,11 +1,21 @@
 // Prometheus metrics of infertapd: per-stream histograms named after the
-// OpenTelemetry GenAI semantic conventions, and the agent's own counters.
+// OpenTelemetry GenAI semantic conventions where they define the measure,
+// infertap's own (infertap_*) where they do not, and the agent's own counters.
 // Rendered in the Prometheus text exposition format 0.0.4 (docs/prometheus.md).
+//
+// Bounded: each label keeps at most max_label_values values, each family at
+// most max_series_per_family series (the rest is folded into the family's
+// "other" series and counted), and concurrent scrapes share one rendering.
 #pragma once
 
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -19,14 +29,21 @@
 namespace infertap::daemon {
 
 struct MetricsConfig {
-  // At most this many distinct values per label (vantage, model, route,
-  // process); later values become "other" and bump
-  // infertap_label_overflow_total{label=...}.
+  // At most this many distinct values per label (model, route, process, the
+  // gen_ai_* models, server_port); later values become "other" and bump
+  // infertap_label_overflow_total{label=...}. vantage and
+  // gen_ai_operation_name have a closed set of values and are never capped.
   std::size_t max_label_values = 50;
   // Label values longer than this are cut (bytes).
   std::size_t max_label_bytes = 128;
+  // At most this many series per stream family (label sets; a histogram's
+  // series is all its _bucket/_sum/_count lines). A new label set beyond it is
+  // folded into the family's overflow series (vantage and the family's own
+  // label such as `end` or `cause` kept, every other label "other") and
+  // counted in infertap_series_overflow_total{family=...}.
+  std::size_t max_series_per_family = 100;
   // Upper bounds (seconds / tokens per second), strictly increasing; +Inf is implicit.
-  std::vector<double> latency_buckets = default_latency_buckets();    // TTFT, ITL
+  std::vector<double> latency_buckets = default_latency_buckets();    // TTFT, TPOT, ITL, chunk gaps, lag
   std::vector<double> duration_buckets = default_duration_buckets();  // e2e
   std::vector<double> rate_buckets = default_rate_buckets();          // tokens/s
 
@@ -46,14 +63,49 @@ struct SelfExtra {
   std::uint64_t tracked_connections = 0;  // Pipeline::connection_count()
 };
 
+namespace metrics_detail {
+
+struct Histogram {
+  std::vector<std::uint64_t> counts;  // per bucket, not cumulative; last = +Inf
+  double sum = 0;
+  std::uint64_t count = 0;
+};
+
+using LabelValues = std::vector<std::string>;
+
+// The series of one family, bounded by MetricsConfig::max_series_per_family.
+template <class V>
+struct Family {
+  std::map<LabelValues, V> series;
+  std::uint64_t folded = 0;  // observations that went to the overflow series
+};
+
+// The stream families (docs/prometheus.md), in render order.
+enum class HistogramFamily : std::uint8_t {
+  server_ttft,      // gen_ai_server_time_to_first_token_seconds
+  server_tpot,      // gen_ai_server_time_per_output_token_seconds (per request)
+  server_duration,  // gen_ai_server_request_duration_seconds
+  client_ttfc,      // gen_ai_client_operation_time_to_first_chunk_seconds
+  client_tpoc,      // gen_ai_client_operation_time_per_output_chunk_seconds (per chunk gap)
+  client_duration,  // gen_ai_client_operation_duration_seconds
+  itl,              // infertap_inter_token_latency_seconds (per gap, every vantage)
+  rate,             // infertap_tokens_per_second
+  lag,              // infertap_delivery_lag_seconds (per stream, at its last token)
+};
+inline constexpr std::size_t kHistogramFamilies = 9;
+enum class CounterFamily : std::uint8_t { tokens, streams, stalls, path_degraded };
+inline constexpr std::size_t kCounterFamilies = 4;
+
+}  // namespace metrics_detail
+
 class MetricsRegistry {
  public:
   explicit MetricsRegistry(MetricsConfig config = {});
   MetricsRegistry(const MetricsRegistry&) = delete;
   MetricsRegistry& operator=(const MetricsRegistry&) = delete;
 
-  // One finished stream. Thread-safe; the record is read, never kept. The
-  // per-gap ITL buckets are computed before the lock is taken.
+  // One finished stream. Thread-safe; the record is read, never kept. Every
+  // observation is bucketed before the lock is taken.
   void observe(const core::StreamRecord& record);
 
   // Replace the agent's self counters: every entry of the capture, pipeline
@@ -62,51 +114,84 @@ class MetricsRegistry {
                 const SinkCounters& sink = {}, const SelfExtra& extra = {});
 
   // Replace the degradation cohort states and the count of active abuse
-  // signals. Labels share the per-stream label caps. Thread-safe.
+  // signals. Labels share the per-stream label caps and the series budget. Thread-safe.
   void set_degradation(const std::vector<CohortStateSample>& cohorts, std::uint64_t abuse_active);
 
-  // Text exposition format 0.0.4. Thread-safe; formats a snapshot taken under
-  // the lock, and reads /proc/self for the process CPU and memory gauges.
+  // Text exposition format 0.0.4, as one immutable buffer every caller
+  // shares: a scrape that arrives while another is rendering waits for that
+  // rendering and gets the same buffer, so concurrent scrapes cost one
+  // rendering, not one each; a scrape within a second of the last rendering,
+  // with nothing changed since, gets that one. The state is copied under the
+  // lock and formatted outside it; the process CPU and memory gauges are
+  // read from /proc/self at each rendering.
+  std::shared_ptr<const std::string> scrape() const;
+  // A copy of scrape()'s text.
   std::string render() const;
+  // Renderings made so far: a scrape served another's rendering adds none.
+  std::uint64_t renders() const;
 
   static constexpr std::string_view kContentType = "text/plain; version=0.0.4; charset=utf-8";
 
-  // Label set of the per-stream series, in this order.
+  // Labels of the infertap_* stream families, in this order.
   static constexpr std::size_t kLabels = 4;
   static constexpr std::string_view kLabelNames[kLabels] = {"vantage", "model", "route", "process"};
+  // Labels of the gen_ai_* families: the OpenTelemetry attributes
+  // (gen_ai.operation.name, gen_ai.request.model, gen_ai.response.model,
+  // server.port) with dots as underscores, then infertap's vantage, route, process.
+  static constexpr std::size_t kGenAiLabels = 7;
+  static constexpr std::string_view kGenAiLabelNames[kGenAiLabels] = {
+      "vantage", "gen_ai_operation_name", "gen_ai_request_model", "gen_ai_response_model",
+      "server_port", "route", "process"};
 
  private:
-  struct Histogram {
-    std::vector<std::uint64_t> counts;  // per bucket, not cumulative; last = +Inf
-    double sum = 0;
-    std::uint64_t count = 0;
-  };
-  using LabelValues = std::vector<std::string>;  // kLabels values (+ one extra for end / cause)
-
   struct State {
-    std::map<LabelValues, Histogram> ttft, itl, e2e, rate;
-    std::map<LabelValues, std::uint64_t> tokens, streams, stalls;
+    std::array<metrics_detail::Family<metrics_detail::Histogram>, metrics_detail::kHistogramFamilies> histograms;
+    std::array<metrics_detail::Family<std::uint64_t>, metrics_detail::kCounterFamilies> counters;
     std::uint64_t sse_parse_errors = 0;  // sum of StreamRecord::parse_errors
     std::map<std::string, std::uint64_t> overflow;  // label name -> values folded to "other"
     capture::CaptureStats capture;
     core::PipelineCounters pipeline;
     SinkCounters sink;
     SelfExtra extra;
-    std::map<LabelValues, std::uint64_t> cohort_degraded;  // + length_class
+    metrics_detail::Family<std::uint64_t> cohort_degraded;  // infertap labels + length_class
     std::uint64_t abuse_active = 0;
   };
 
-  // Applies the cardinality cap; called with mu_ held.
-  std::string cap_label(std::size_t label, std::string value, bool count_overflow = true);
+  // Applies the cardinality cap of label `name`; called with mu_ held.
+  std::string cap_label(std::string_view name, std::string value, bool count_overflow = true);
+  // The series of `family` for `labels`, or its overflow series when the
+  // family is full: labels 1 .. stream_labels-1 become "other", vantage
+  // (label 0) and the family's own trailing label are kept. mu_ held.
+  template <class V>
+  V& series(metrics_detail::Family<V>& family, metrics_detail::LabelValues labels, std::size_t stream_labels);
+  // `rendering`: its number, from 1; *version: that of the state it shows.
+  std::string render_now(std::uint64_t rendering, std::uint64_t* version) const;
 
   const MetricsConfig config_;
   mutable std::mutex mu_;
   State state_;
-  std::set<std::string> seen_[kLabels];
+  std::uint64_t version_ = 0;  // bumped by every change of state_
+  std::map<std::string, std::set<std::string>, std::less<>> seen_;  // label name -> values kept
+
+  // The shared rendering: one at a time; callers that arrive during it wait
+  // for it (render_done_) and take its result; while nothing changed, the
+  // last one is served for up to kReuseFor (the /proc gauges are that fresh).
+  static constexpr std::chrono::milliseconds kReuseFor{1000};
+  mutable std::mutex scrape_mu_;
+  mutable std::condition_variable render_done_;
+  mutable bool rendering_ = false;
+  mutable std::uint64_t renders_ = 0;
+  mutable std::shared_ptr<const std::string> last_;
+  mutable std::uint64_t last_version_ = 0;
+  mutable std::chrono::steady_clock::time_point last_at_{};
+  mutable std::atomic<std::size_t> last_size_{0};  // bytes of the last rendering
 };
 
 // Helpers, public for tests and for other exporters.
 std::string escape_label_value(std::string_view v);  // \ " newline
 std::string format_double(double v);                 // shortest round trip; +Inf/-Inf/NaN
+// gen_ai.operation.name of a request path: "chat" (…/chat/completions,
+// …/messages, …/responses), "text_completion" (…/completions), else "unknown".
+std::string_view genai_operation_of(std::string_view route);
 
 }  // namespace infertap::daemon

@@ -48,7 +48,8 @@ TEST(Options, FlagsOverrideTheFile) {
 
 TEST(Options, SwitchesAndTheirOwnForms) {
   DaemonConfig c = with_flags("", {{"output.timeline", {}}, {"capture.delivery_signals", {}}, {"output.file", {"-"}},
-                                   {"api.socket", {""}}, {"metrics.listen", {""}}, {"stall.floor_ms", {"50"}}});
+                                   {"api.socket", {""}}, {"metrics.listen", {""}}, {"stall.floor_ms", {"50"}},
+                                   {"stall.lag_floor_ms", {"500"}}});
   EXPECT_TRUE(c.output.timeline);
   EXPECT_FALSE(c.capture.path_signals);
   EXPECT_TRUE(c.output.to_stdout);
@@ -56,6 +57,7 @@ TEST(Options, SwitchesAndTheirOwnForms) {
   EXPECT_EQ(c.api.socket, "") << "'' on the command line: no API";
   EXPECT_EQ(c.metrics.listen, "") << "'' on the command line: no endpoint";
   EXPECT_EQ(c.pipeline.stall_floor_ns, 50'000'000u);
+  EXPECT_EQ(c.pipeline.lag_floor_ns, 500'000'000u);
   // What the endpoints take on the command line beyond the file's rules.
   c = with_flags("", {{"metrics.listen", {"127.0.0.1:0"}}, {"api.socket", {"run/api.sock"}}});
   EXPECT_EQ(c.metrics.listen, "127.0.0.1:0") << "port 0: any free port";

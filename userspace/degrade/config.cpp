@@ -13,6 +13,7 @@ std::string_view metric_name(Metric m) {
     case Metric::itl_p95: return "itl_p95_ms";
     case Metric::itl_p99: return "itl_p99_ms";
     case Metric::longest_pause: return "longest_pause_ms";
+    case Metric::delivery_lag: return "delivery_lag_ms";
   }
   return "?";
 }
@@ -21,9 +22,14 @@ std::string_view objective_key(Metric m) {
   return m == Metric::tokens_per_s ? "min_tokens_per_s" : metric_name(m);
 }
 
-std::string_view phase_of(Metric m) { return m == Metric::ttft ? "ttft" : "decode"; }
+std::string_view phase_of(Metric m) {
+  if (m == Metric::ttft) return "ttft";
+  return path_only(m) ? "delivery" : "decode";
+}
 
 bool higher_is_worse(Metric m) { return m != Metric::tokens_per_s; }
+
+bool path_only(Metric m) { return m == Metric::delivery_lag; }
 
 namespace {
 
@@ -119,8 +125,9 @@ void read_objective(base::YamlReader& r, const Node& n, const std::string& key, 
   bool any = false;
   for (const auto& l : o.limit) any = any || l.has_value();
   if (!any) {
-    r.fail(n, key, "sets no limit: give at least one of ttft_ms, min_tokens_per_s, itl_p95_ms, itl_p99_ms, "
-                   "longest_pause_ms");
+    std::string keys;
+    for (Metric m : kAllMetrics) keys += (keys.empty() ? "" : ", ") + std::string(objective_key(m));
+    r.fail(n, key, "sets no limit: give at least one of " + keys);
   }
   out.push_back(std::move(o));
 }
@@ -185,6 +192,7 @@ void parse_config(const YAML::Node& node, const std::string& key, DegradationCon
             number(r, "objective_ratio", &c.objective_ratio, 1, 100),
             number(r, "baseline_ratio", &c.baseline_ratio, 1, 100),
             number(r, "latency_floor_ms", &c.latency_floor_ms, 0, 3'600'000),
+            number(r, "lag_floor_ms", &c.lag_floor_ms, 0, 3'600'000),
             number(r, "rate_floor_tokens_per_s", &c.rate_floor_tokens_per_s, 0, 1e6),
             boolean(r, "baseline", &c.baseline), integer(r, "warmup_windows", &c.warmup_windows, 1, 10'000),
             integer(r, "history_windows", &c.history_windows, 1, 10'000),

@@ -19,15 +19,21 @@ namespace infertap::degrade {
 
 // The metrics judged, each per stream. Latencies in milliseconds (higher is
 // worse), the streaming rate in tokens per second (lower is worse). TTFT is the
-// ttft phase; the others are the decode phase (after the first token).
-enum class Metric : std::uint8_t { ttft, tokens_per_s, itl_p95, itl_p99, longest_pause };
-inline constexpr std::size_t kMetrics = 5;
-inline constexpr std::array<Metric, kMetrics> kAllMetrics = {Metric::ttft, Metric::tokens_per_s, Metric::itl_p95,
-                                                            Metric::itl_p99, Metric::longest_pause};
+// ttft phase; the gaps and the rate are the decode phase (after the first
+// token); the delivery lag (delivered - emitted at the last token, client-
+// observed views of a server record only) is the delivery phase: the path's
+// alone, the server's own timing is subtracted out of it.
+enum class Metric : std::uint8_t { ttft, tokens_per_s, itl_p95, itl_p99, longest_pause, delivery_lag };
+inline constexpr std::size_t kMetrics = 6;
+inline constexpr std::array<Metric, kMetrics> kAllMetrics = {Metric::ttft,    Metric::tokens_per_s,
+                                                            Metric::itl_p95, Metric::itl_p99,
+                                                            Metric::longest_pause, Metric::delivery_lag};
 std::string_view metric_name(Metric m);     // "ttft_ms", "tokens_per_s", "itl_p95_ms", ...
 std::string_view objective_key(Metric m);   // config key: "ttft_ms", "min_tokens_per_s", ...
-std::string_view phase_of(Metric m);        // "ttft" | "decode"
+std::string_view phase_of(Metric m);        // "ttft" | "decode" | "delivery"
 bool higher_is_worse(Metric m);
+// Measured along the path only: a breach of it is the delivery path's.
+bool path_only(Metric m);
 
 // Output-length class: streams with output_tokens < below (the last class has
 // no bound and takes the rest).
@@ -72,6 +78,9 @@ struct DegradationConfig {
   double objective_ratio = 1.0;
   double baseline_ratio = 1.5;
   double latency_floor_ms = 10;
+  // The delivery lag's own floor: the last hop's ACKs carry up to ~40 ms of
+  // delayed ACK, which must not read as clients falling behind.
+  double lag_floor_ms = 100;
   double rate_floor_tokens_per_s = 2;
   // Learned baseline: median of the per-window medians of the last
   // history_windows healthy windows; used once warmup_windows were learned.

@@ -65,6 +65,7 @@ std::array<std::optional<double>, kMetrics> metric_values(const Observation& o) 
   v[static_cast<std::size_t>(Metric::itl_p95)] = ms_of(o.itl_p95_ns);
   v[static_cast<std::size_t>(Metric::itl_p99)] = ms_of(o.itl_p99_ns);
   v[static_cast<std::size_t>(Metric::longest_pause)] = ms_of(o.longest_pause_ns);
+  v[static_cast<std::size_t>(Metric::delivery_lag)] = ms_of(o.delivery_lag_ns);
   return v;
 }
 
@@ -81,7 +82,8 @@ std::string Engine::length_class_of(std::uint64_t tokens) const {
 }
 
 bool Engine::breaches(Metric m, double v, double reference, double ratio) const {
-  if (higher_is_worse(m)) return v >= reference * ratio && v - reference >= config_.latency_floor_ms && v > reference;
+  const double floor = m == Metric::delivery_lag ? config_.lag_floor_ms : config_.latency_floor_ms;
+  if (higher_is_worse(m)) return v >= reference * ratio && v - reference >= floor && v > reference;
   return v <= reference / ratio && reference - v >= config_.rate_floor_tokens_per_s && v < reference;
 }
 
@@ -229,7 +231,9 @@ Layer Engine::layer_for(const Cohort& c) const {
   // Upstream emitters of the same traffic: server-emit cohorts of the same
   // model, route and length class (for a server-emit cohort, of another process:
   // a gateway's emit cohort and the inference server's). One of them healthy on
-  // the breached metrics puts the slowdown between it and this vantage.
+  // the breached metrics puts the slowdown between it and this vantage; one
+  // breaching them too puts it at the server. (Server-emit cohorts have no
+  // delivery lag: a lag breach is never compared, see below.)
   bool judged = false;
   for (const auto& [key, other] : cohorts_) {
     if (&other == &c || key.vantage != Vantage::server_emit || key.model != c.key.model ||
@@ -250,8 +254,13 @@ Layer Engine::layer_for(const Cohort& c) const {
     judged = true;
     if (!breached) return Layer::delivery_path;
   }
-  if (judged || c.key.vantage == Vantage::server_emit) return Layer::serving;
-  return Layer::undetermined;
+  if (judged) return Layer::serving;
+  // A breach of a metric measured along the path alone (the delivery lag)
+  // needs no upstream cohort to name its layer.
+  for (Metric m : kAllMetrics) {
+    if (path_only(m) && c.last.metric_breached[static_cast<std::size_t>(m)]) return Layer::delivery_path;
+  }
+  return c.key.vantage == Vantage::server_emit ? Layer::serving : Layer::undetermined;
 }
 
 void Engine::remember(const Alert& a) {

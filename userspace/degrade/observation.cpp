@@ -18,10 +18,9 @@ std::optional<Vantage> parse_vantage(std::string_view s) {
   return std::nullopt;
 }
 
-std::string stall_cause_of(const core::Stall& stall) {
-  if (stall.cause == core::StallCause::none) return "unclassified";
-  return std::string(core::to_string(stall.cause));
-}
+// The record's own name for it (stall_causes, Prometheus' cause label): "none"
+// for a stall nothing on the path decided.
+std::string stall_cause_of(const core::Stall& stall) { return std::string(core::to_string(stall.cause)); }
 
 namespace {
 
@@ -50,6 +49,7 @@ std::optional<DeliveryMetrics> delivery_of(const core::StreamRecord& r) {
     last = t;
   }
   d.decode_ns = last > first ? last - first : 0;
+  d.delivery_lag_ns = r.delivery->lag_last_ns;
   // The first token's wait on the path counts as a stall of its cause.
   if (r.delivery->ttft_cause != core::StallCause::none) d.stall_causes[std::string(core::to_string(r.delivery->ttft_cause))] += 1;
   return d;

@@ -27,6 +27,9 @@ struct StreamTiming {
   std::optional<std::uint64_t> ttft_ns;
   std::optional<double> tokens_per_s;
   std::optional<std::uint64_t> itl_p95_ns, itl_p99_ns, longest_pause_ns;
+  // Client-observed views of a server record: how long after its emit the
+  // last token was delivered (Delivery::lag_last_ns). Unknown elsewhere.
+  std::optional<std::uint64_t> delivery_lag_ns;
   std::uint64_t decode_ns = 0;                        // first token -> last token
   std::map<std::string, std::uint32_t> stall_causes;  // cause -> stalls in this stream
 };

@@ -156,6 +156,20 @@ TEST_F(PathJoinerTest, AClientThatFallsBehindSteadilyIsFoundWithoutAStall) {
   EXPECT_NE(d.degraded_reason.find("client fell behind 300 ms (client_read)"), std::string::npos) << d.degraded_reason;
 }
 
+// The lag floor is read when a record is joined: a changed floor (SIGHUP,
+// Pipeline::set_lag_floor) judges the records joined from then on.
+TEST_F(PathJoinerTest, TheLagFloorJudgesRecordsJoinedAfterItChanged) {
+  peer_ = PathPartners::Activity::streaming;
+  config_.lag_floor_ns = 400 * kMs;  // above the 300 ms this client falls behind
+  joiner.add(stream(kServer, 51, [](int i) { return kT0 + 20 * kMs + i * 10 * kMs; }), kT0 + 600 * kMs);
+  joiner.add(stream(kClient, 51, [](int i) { return kT0 + 21 * kMs + i * 16 * kMs; }), kT0 + 900 * kMs);
+  const StreamRecord* s = find(Role::server, 100);
+  ASSERT_TRUE(s && s->delivery);
+  EXPECT_EQ(*s->delivery->lag_growth_ns, 300 * static_cast<std::int64_t>(kMs));
+  EXPECT_EQ(s->delivery->lag_cause, StallCause::none);
+  EXPECT_FALSE(s->delivery->degraded_by_path) << s->delivery->degraded_reason;
+}
+
 // Readers that keep up, or fall behind a little and catch up, are not findings.
 TEST_F(PathJoinerTest, AReaderThatKeepsUpOrCatchesUpIsNoFinding) {
   peer_ = PathPartners::Activity::streaming;
