@@ -255,7 +255,8 @@ static __always_inline int emit_io(const struct itap_args *a, long ret, __u64 ts
 
 /* ================= TCP state ================= */
 
-static __always_inline void emit_state_event(struct sock *sk, struct itap_conn *conn, int oldstate, int newstate)
+static __always_inline void emit_state_event(struct sock *sk, struct itap_conn *conn, int oldstate, int newstate,
+					     __u16 flags)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct itap_event *e = bpf_ringbuf_reserve(&itap_rb, sizeof(*e), 0);
@@ -273,6 +274,7 @@ static __always_inline void emit_state_event(struct sock *sk, struct itap_conn *
 	e->kind = ITAP_EV_STATE;
 	e->old_state = oldstate;
 	e->new_state = newstate;
+	e->flags = flags;
 	itap_fill_sock_cached(e, sk, conn);
 	fill_connection_constants(e, sk);
 	bpf_ringbuf_submit(e, ring_wakeup_flags());
@@ -291,8 +293,36 @@ static __always_inline void forget_closed_socket(__u64 skey, struct itap_conn *c
 	bpf_map_delete_elem(&itap_conns, &skey);
 }
 
+/*
+ * A socket can reach TCP_CLOSE with received bytes its application has not
+ * read yet: this side shut down its sending first, then the peer's FIN came
+ * (FIN_WAIT2 -> TIME_WAIT closes the socket it still reads from). Forgetting it
+ * then would lose the rest of the response; with tcp_destroy_sock attached it
+ * is kept until the application closes it.
+ */
+static __always_inline bool closes_unread(struct sock *sk, int newstate)
+{
+	return newstate == TCP_CLOSE && destroy_signal && BPF_CORE_READ(sk, sk_receive_queue.qlen) > 0;
+}
+
 /* inet_sock_set_state of a TCP socket: reported when followed, forgotten at close. */
 static __always_inline void on_tcp_state_change(struct sock *sk, int oldstate, int newstate)
+{
+	__u64 skey = (__u64)sk;
+	struct itap_conn *conn = bpf_map_lookup_elem(&itap_conns, &skey);
+	bool unread;
+
+	if (!conn)
+		return;
+	unread = closes_unread(sk, newstate);
+	if (conn->verdict == ITAP_VERDICT_FOLLOW)
+		emit_state_event(sk, conn, oldstate, newstate, unread ? ITAP_F_UNREAD : 0);
+	if (newstate == TCP_CLOSE && !unread)
+		forget_closed_socket(skey, conn);
+}
+
+/* tcp_destroy_sock: the last moment of a socket the map may still hold. */
+static __always_inline void on_tcp_destroy(struct sock *sk)
 {
 	__u64 skey = (__u64)sk;
 	struct itap_conn *conn = bpf_map_lookup_elem(&itap_conns, &skey);
@@ -300,9 +330,8 @@ static __always_inline void on_tcp_state_change(struct sock *sk, int oldstate, i
 	if (!conn)
 		return;
 	if (conn->verdict == ITAP_VERDICT_FOLLOW)
-		emit_state_event(sk, conn, oldstate, newstate);
-	if (newstate == TCP_CLOSE)
-		forget_closed_socket(skey, conn);
+		emit_state_event(sk, conn, TCP_CLOSE, ITAP_STATE_DESTROYED, 0);
+	forget_closed_socket(skey, conn);
 }
 
 /* ================= delivery signals ================= */

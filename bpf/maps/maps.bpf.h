@@ -24,6 +24,8 @@ __weak const volatile bool filter_ports = false;
 __weak const volatile __u32 head_bytes = ITAP_HEAD_DEFAULT;
 __weak const volatile __u32 tail_bytes = ITAP_TAIL_DEFAULT;
 __weak const volatile __u64 wakeup_bytes = 256 * 1024;
+/* tcp_destroy_sock is attached: a socket closed with unread bytes keeps its entry until then */
+__weak const volatile bool destroy_signal = false;
 
 /* Arguments of a send/recv in flight, keyed by pid_tgid (syscall sets). */
 struct itap_args {

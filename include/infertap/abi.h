@@ -78,6 +78,7 @@ enum itap_event_flags {
 	ITAP_F_READ_FAILED = 1 << 4, /* bpf_probe_read_user failed: captured bytes are zero */
 	ITAP_F_NEW_SOCKET = 1 << 5, /* first event the kernel side saw on this socket */
 	ITAP_F_MORE = 1 << 6,       /* send with MSG_MORE: the kernel may hold the bytes for more */
+	ITAP_F_UNREAD = 1 << 7,     /* state TCP_CLOSE, received bytes still unread: the socket is read on */
 };
 
 /*
@@ -86,6 +87,13 @@ enum itap_event_flags {
  * away an unfollowed socket with an array lookup (see bpf/maps/maps.bpf.h).
  */
 #define ITAP_HINT_SLOTS 65536
+
+/*
+ * new_state of an ITAP_EV_STATE event for a socket the kernel destroyed
+ * (tcp_destroy_sock): not a TCP state. It ends a socket that closed with
+ * bytes still unread (ITAP_F_UNREAD), once the application is done with it.
+ */
+#define ITAP_STATE_DESTROYED 0xff
 
 /* Verdict the kernel keeps per socket (map itap_conns). */
 enum itap_verdict {

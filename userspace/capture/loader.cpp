@@ -197,6 +197,7 @@ struct ProgramChoice {
   AttachSet set = AttachSet::raw;
   bool send_start = false;        // socket set: tcp_sendmsg_locked stamps send starts
   bool state_tracepoint = false;  // inet_sock_set_state as a tracepoint (else raw)
+  bool destroy = false;           // tcp_destroy_sock: sockets closed with unread bytes are read to the end
   std::vector<const DeliveryProbe*> delivery;
 };
 
@@ -400,6 +401,14 @@ void choose_companions(const btf* vmlinux, const AttachSetProblems& problems, Pr
                             exists(std::string(kTracefs) + "/events/sock/inet_sock_set_state/id");
   if (!choice.state_tracepoint)
     notes.push_back({"attach: raw tracepoint inet_sock_set_state", "tracepoint sock:inet_sock_set_state unavailable"});
+  choice.destroy = vmlinux && has_raw_tracepoint(vmlinux, "tcp_destroy_sock");
+  if (choice.destroy)
+    notes.push_back({"attach: raw tracepoint tcp_destroy_sock",
+                     "a socket that closes with bytes still unread is followed until they are read"});
+  else
+    notes.push_back({"a socket that closes with bytes still unread (a client that shut down its sending first) "
+                     "ends at its close",
+                     "tracepoint tcp_destroy_sock missing from this kernel"});
 }
 
 void choose_delivery_probes(const CaptureConfig& config, const btf* vmlinux, ProgramChoice& choice, Notes& notes) {
@@ -461,6 +470,8 @@ void select_programs(infertap_bpf* skel, const ProgramChoice& choice) {
   load(p.itap_tcp_send_start, choice.set == AttachSet::sock && choice.send_start);
   load(p.itap_tp_sock_state, choice.state_tracepoint);
   load(p.itap_raw_sock_state, !choice.state_tracepoint);
+  load(p.itap_tcp_destroy, choice.destroy);
+  skel->rodata->destroy_signal = choice.destroy;
   for (const DeliveryProbe* probe : choice.delivery) load(probe->program(skel), true);
 }
 

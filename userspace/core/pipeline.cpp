@@ -77,6 +77,7 @@ void Pipeline::on_event(const capture::IoEvent& event) {
   }
   take(*conn, decision);
   join_finished(*conn);
+  if (decision.ended) close_connection(event.h().sock_id, event.h().ts_ns, StreamEnd::connection_closed);
 }
 
 void Pipeline::on_state(const capture::IoEvent& event) {
@@ -84,10 +85,12 @@ void Pipeline::on_state(const capture::IoEvent& event) {
   ++counters_.state_events;
   auto it = connections_.find(h.sock_id);
   if (it == connections_.end()) {
-    if (h.new_state == kTcpClose) refused_.erase(h.sock_id);
+    if (h.new_state == kTcpClose || h.new_state == ITAP_STATE_DESTROYED) refused_.erase(h.sock_id);
     return;
   }
-  if (h.new_state == kTcpClose) {
+  if (h.new_state == kTcpClose && (h.flags & ITAP_F_UNREAD)) {
+    it->second->on_closed_unread();  // read on to the end; destroyed or EOF ends it
+  } else if (h.new_state == kTcpClose || h.new_state == ITAP_STATE_DESTROYED) {
     close_connection(h.sock_id, h.ts_ns, StreamEnd::connection_closed);
   } else {
     it->second->on_state(event);

@@ -423,6 +423,34 @@ TEST(Pipeline, ReconcilingAfterLossEndsTheConnectionsThatAreGone) {
   EXPECT_EQ(h.pipeline.connection_count(), 1u);
 }
 
+// A client that shut down its sending side: the server's FIN closes its
+// socket (TIME_WAIT) while the rest of the response still waits to be read.
+// The stream goes on until the read that finds the end, or the socket's
+// destruction.
+TEST(Pipeline, ASocketClosedWithBytesUnreadIsReadToTheEnd) {
+  for (const bool destroyed : {false, true}) {
+    Harness h;
+    ConnBuilder c(0xB3, 200, 40000, 8000);
+    h.feed(c.send(kT0, request()));
+    h.feed(c.recv(kT0 + 5 * kMs, kStreamHead + chunked(openai_chunk("a"))));
+    auto closed = c.state(kT0 + 6 * kMs, 5, 7);  // FIN_WAIT2 -> CLOSE
+    reinterpret_cast<itap_event*>(closed.data())->flags |= ITAP_F_UNREAD;
+    h.feed(closed);
+    h.feed(c.recv(kT0 + 7 * kMs, chunked(openai_chunk("b")) + chunked("data: [DONE]\n\n") + "0\r\n\r\n"));
+    EXPECT_EQ(h.pipeline.connection_count(), 1u);
+    if (destroyed) {
+      h.feed(c.state(kT0 + 8 * kMs, 7, ITAP_STATE_DESTROYED));
+    } else {
+      h.feed(c.eof(kT0 + 8 * kMs));
+    }
+    EXPECT_EQ(h.pipeline.connection_count(), 0u) << (destroyed ? "destroyed" : "EOF");
+    h.pipeline.flush(kT0 + 10 * kMs);
+    ASSERT_EQ(h.records.size(), 1u);
+    EXPECT_EQ(h.records[0].metrics.content_events, 2u);
+    EXPECT_EQ(h.records[0].end, StreamEnd::complete);
+  }
+}
+
 TEST(Pipeline, AnthropicStreamCountsOutputTokensFromUsage) {
   Harness h;
   ConnBuilder c(0xBB, 100, 8000, 40000);

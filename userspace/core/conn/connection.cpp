@@ -47,7 +47,7 @@ Connection::Decision Connection::on_data(const capture::IoEvent& event) {
   Decision decision;
   if (ignored_) return decision;
   if (h.ret <= 0) {
-    note_failed_call(event);
+    decision.ended = note_failed_call(event);
     return decision;
   }
   if (session_.role() == Role::unknown) {
@@ -66,8 +66,9 @@ Connection::Decision Connection::on_data(const capture::IoEvent& event) {
 }
 
 // A call that moved no bytes: a send refused for lack of buffer space, or the
-// peer's end of the stream.
-void Connection::note_failed_call(const capture::IoEvent& event) {
+// peer's end of the stream. True when that end was all a closed socket had
+// left to read.
+bool Connection::note_failed_call(const capture::IoEvent& event) {
   const itap_event& h = event.h();
   StreamRecord* r = assembler_.active_stream();
   if ((h.flags & ITAP_F_EAGAIN) && r && session_.role() == Role::server) {
@@ -75,7 +76,9 @@ void Connection::note_failed_call(const capture::IoEvent& event) {
     ++tcp.eagain;
     if (tcp.eagain_ns.size() < TcpContext::kMaxEvidence) tcp.eagain_ns.push_back(h.ts_ns);
   }
-  if (h.flags & ITAP_F_EOF) session_.end(Flow::inbound, h.ts_ns);
+  if (!(h.flags & ITAP_F_EOF)) return false;
+  session_.end(Flow::inbound, h.ts_ns);
+  return closed_unread_;
 }
 
 // False when the event's sequence does not continue this connection.

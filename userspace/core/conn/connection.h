@@ -33,6 +33,9 @@ class Connection {
     // socket address now belongs to another connection (the event was not
     // taken; the owner starts a new connection with it).
     bool foreign = false;
+    // The connection is over: it closed with bytes unread, and this read
+    // found the end of them.
+    bool ended = false;
   };
 
   Connection(ConnIdentity identity, const PipelineConfig& config, PipelineCounters& counters,
@@ -42,6 +45,9 @@ class Connection {
 
   Decision on_data(const capture::IoEvent& event);
   void on_state(const capture::IoEvent& event);
+  // TCP closed the socket with received bytes still unread: it ends when they
+  // are read (EOF) or the socket is destroyed, not now.
+  void on_closed_unread() { closed_unread_ = true; }
   // A delivery signal of this socket: ACKs give the sender's `acked` times and
   // the peer window, arrivals the receiver's `arrived` times.
   void on_signal(const capture::DeliverySignal& signal);
@@ -62,7 +68,7 @@ class Connection {
   TimestampNs last_activity() const { return last_activity_; }
 
  private:
-  void note_failed_call(const capture::IoEvent& event);
+  bool note_failed_call(const capture::IoEvent& event);
   bool feed(protocol::Flow flow, const capture::IoEvent& event);
   void note_send(const capture::IoEvent& event);
 
@@ -71,6 +77,7 @@ class Connection {
   StreamAssembler assembler_;
   protocol::Http1Session session_;
   bool ignored_ = false;
+  bool closed_unread_ = false;
   TimestampNs last_activity_ = 0;
   TcpCursor outbound_cursor_, inbound_cursor_;
   ArrivalLog arrivals_;           // receiver: rcv_nxt after each arrival not yet claimed by a read
