@@ -211,7 +211,11 @@ struct StreamRecord {
   // Set when a compressed body could not be decoded past some point: the
   // record holds the events decoded before it (docs/schema.md).
   std::optional<protocol::ExchangeSink::Undecodable> decode_error;
+  protocol::EventFraming event_framing = protocol::EventFraming::sse;  // how its events were delimited
   protocol::Dialect dialect = protocol::Dialect::unknown;
+  // The declared format that read its events (dialect declared); shared with
+  // the configuration, never output but for its name.
+  std::shared_ptr<const protocol::DeclaredFormat> declared;
   std::string response_id;
   std::string finish_reason;
   std::string error_type;
@@ -259,6 +263,9 @@ struct PipelineConfig {
   // traced peer of its connection, a gateway's other leg, late ACKs).
   std::uint64_t path_settle_ns = 1'000'000'000;
   std::size_t max_held_records = 4096;
+  // Declared formats (the configuration's `formats:`): the first that covers
+  // a response reads its events, before any built-in dialect.
+  protocol::DeclaredFormats formats;
 };
 
 }  // namespace infertap::core

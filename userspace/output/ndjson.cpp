@@ -168,6 +168,15 @@ std::string WallClock::rfc3339(std::uint64_t mono_ns) const {
 
 namespace {
 
+// The record's `event_framing` (docs/schema.md): spelled here only.
+std::string_view to_string(protocol::EventFraming f) {
+  switch (f) {
+    case protocol::EventFraming::sse: return "sse";
+    case protocol::EventFraming::ndjson: return "ndjson";
+  }
+  return "sse";
+}
+
 // Who: the process, its workload, the connection's ends.
 void put_identity(json& j, const core::StreamRecord& r, const RenderOptions& options) {
   j["host"] = options.host;
@@ -198,7 +207,9 @@ void put_exchange(json& j, const core::StreamRecord& r) {
   j["framing"] = protocol::to_string(r.framing);
   j["content_encoding"] = protocol::to_string(r.content_encoding);
   j["decode_error"] = r.decode_error ? json(protocol::to_string(*r.decode_error)) : json(nullptr);
+  j["event_framing"] = to_string(r.event_framing);
   j["dialect"] = protocol::to_string(r.dialect);
+  j["declared_format"] = r.declared ? json(r.declared->name) : json(nullptr);
   j["response_id"] = r.response_id;
   j["finish_reason"] = r.finish_reason;
   j["error_type"] = r.error_type;

@@ -15,7 +15,9 @@
 #include <string_view>
 
 #include "protocol/encoding/decoder.h"
+#include "protocol/framing.h"
 #include "protocol/http1/parser.h"
+#include "protocol/payload/declared.h"
 #include "protocol/stream.h"
 
 namespace infertap::protocol {
@@ -42,15 +44,18 @@ struct ResponseInfo {
   BodyFraming framing = BodyFraming::none;
   ContentEncoding content_encoding = ContentEncoding::identity;  // undone before events are looked for
   bool event_stream = false;     // its body is a stream of events
+  EventFraming event_framing = EventFraming::sse;  // how they are delimited (event streams)
+  std::shared_ptr<const DeclaredFormat> declared;   // a declared format covers the response
   bool joined_midstream = false; // the head was never seen: status and type unknown
   TimestampNs head_ns = 0;
   const RequestInfo* request = nullptr;  // the request it answers; null when unknown
 };
 
-// One event of a streamed response body (an SSE event), valid during the call.
+// One event of a streamed response body (an SSE event, an NDJSON line), valid
+// during the call.
 struct StreamEvent {
-  std::string_view type;  // SSE `event:` field, "" when absent
-  std::string_view data;  // SSE data lines joined by '\n'
+  std::string_view type;  // SSE `event:` field, "" when absent (and for NDJSON)
+  std::string_view data;  // SSE data lines joined by '\n'; the NDJSON line without its terminator
   TimestampNs ts = 0;             // the piece that completed the event
   TimestampNs first_byte_ts = 0;  // the piece that held its first byte
   std::uint64_t body_offset = 0;  // offset of its first byte in the response body

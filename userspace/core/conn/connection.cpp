@@ -28,7 +28,7 @@ Connection::Connection(ConnIdentity identity, const PipelineConfig& config, Pipe
     : identity_(std::move(identity)),
       counters_(counters),
       assembler_(identity_, config, counters, census),
-      session_(assembler_, config.request_body_head),
+      session_(assembler_, config.request_body_head, {}, &config.formats),
       last_activity_(identity_.first_seen_ns) {}
 
 std::vector<StreamRecord> Connection::take_finished() {

@@ -54,6 +54,9 @@ void StreamAssembler::start(const protocol::ResponseInfo& response) {
   r.content_type = response.content_type;
   r.framing = response.framing;
   r.content_encoding = response.content_encoding;
+  r.event_framing = response.event_framing;
+  r.declared = response.declared;
+  if (r.declared) r.dialect = protocol::Dialect::declared;
   r.joined_midstream = response.joined_midstream;
   r.response_head_ns = response.head_ns;
   // Only a process that is on both ends of streams can be a gateway: by now
@@ -71,13 +74,19 @@ void StreamAssembler::start(const protocol::ResponseInfo& response) {
     r.model = meaning.model;
     r.request_stream = meaning.stream;
   }
+  protocol::StreamContext context;
+  context.path = r.path;
+  context.media_type = protocol::media_type(r.content_type);
+  context.framing = r.event_framing;
+  context.declared = r.declared;
+  a.interpreter.begin(context);
 }
 
 void StreamAssembler::on_event(const protocol::StreamEvent& e) {
   if (!active_) return;
   Active& a = *active_;
   ++counters_.sse_events;
-  const protocol::EventMeaning& meaning = a.interpreter.interpret(e.type, e.data, e.truncated);
+  const protocol::EventMeaning& meaning = a.interpreter.interpret(e.type, e.data, e.truncated, e.wire_bytes);
   if (a.record.timeline.size() < config_.max_timeline_events)
     fill_timeline_event(a.record.timeline.emplace_back(), e, meaning, a.hash_events);
   note_meaning(a, e, meaning);
@@ -127,9 +136,9 @@ void StreamAssembler::note_meaning(Active& a, const protocol::StreamEvent& e, co
   if (meaning.kind == EventKind::error && r.error_type.empty()) {
     r.error_type = meaning.error_type.empty() ? "error" : meaning.error_type;
   }
-  // Anthropic reports cumulative output_tokens; the last value wins.
+  // Anthropic reports cumulative output_tokens (so do SGLang, Gemini); the last value wins.
   if (meaning.completion_tokens) a.usage_completion_tokens = meaning.completion_tokens;
-  if (meaning.kind == EventKind::done) a.saw_done = true;
+  if (meaning.kind == EventKind::done || meaning.ends_stream) a.saw_done = true;
 }
 
 void StreamAssembler::on_body_bytes(std::uint64_t n) {

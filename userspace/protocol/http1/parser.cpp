@@ -450,6 +450,7 @@ HttpParser::Probe HttpParser::evaluate(std::string_view s, bool mid_piece) const
         const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(size, 6));
         if (data.size() >= want) {
           probe.event_stream = match_sse_field(data.substr(0, want)) != Match::no;
+          probe.json = !probe.event_stream && data.front() == '{';
           if (!mid_piece || probe.event_stream) {
             probe.verdict = Verdict::chunk_line;
             return probe;
@@ -495,6 +496,7 @@ void HttpParser::accept(const Probe& probe, TimestampNs ts) {
         response_.joined_midstream = true;
         response_.framing = BodyFraming::chunked;
         response_.event_stream = probe.event_stream;
+        response_.joined_json = probe.json;
         sink_.on_response_head(response_, ts);
       }
       state_ = State::chunk_size;

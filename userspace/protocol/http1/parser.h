@@ -49,6 +49,9 @@ struct ResponseHead {
   // (agent started after the response head went by). status/content_type are
   // then unknown; framing is the parser's inference from the bytes.
   bool joined_midstream = false;
+  // Joined mid-way at a chunk whose data opens a JSON object: a stream of
+  // JSON lines (Ollama's) more likely than not.
+  bool joined_json = false;
 };
 
 enum class ParseError : std::uint8_t {
@@ -141,6 +144,7 @@ class HttpParser {
     Verdict verdict = Verdict::reject;
     std::size_t skip = 0;  // leading CR/LF bytes before the candidate
     bool event_stream = false;
+    bool json = false;  // the chunk's data opens a JSON object
   };
 
   using Byte = std::uint8_t;

@@ -1,7 +1,10 @@
 // HTTP/1.x over the two byte streams of one connection: which end the traced
 // process is on, a parser per direction placed by that role, responses paired
 // with the requests they answer (in order, as HTTP/1.1 pipelines them), and
-// the events of each text/event-stream body.
+// the events of each streamed body: SSE for text/event-stream, one per line
+// for newline-delimited JSON (application/x-ndjson, application/jsonlines, a
+// streamed application/json body whose first bytes are JSON lines), or as a
+// declared format that covers the response says (protocol/payload/declared.h).
 //
 //   outbound/inbound pieces --> Http1Session --> ExchangeSink
 //
@@ -14,10 +17,14 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "protocol/encoding/decoder.h"
 #include "protocol/exchange.h"
 #include "protocol/http1/parser.h"
+#include "protocol/ndjson/parser.h"
+#include "protocol/payload/declared.h"
 #include "protocol/sse/parser.h"
 #include "protocol/stream.h"
 
@@ -31,8 +38,10 @@ Role role_from_first_bytes(Flow flow, std::span<const std::uint8_t> head);
 
 class Http1Session {
  public:
-  // `request_body_head`: bytes of each request body kept for the interpreter.
-  Http1Session(ExchangeSink& sink, std::size_t request_body_head, const DecoderLimits& decoder_limits = {});
+  // `request_body_head`: bytes of each request body kept for the interpreter;
+  // `formats`: declared formats, first match wins (they outlive the session).
+  Http1Session(ExchangeSink& sink, std::size_t request_body_head, const DecoderLimits& decoder_limits = {},
+               const DeclaredFormats* formats = nullptr);
   Http1Session(const Http1Session&) = delete;
   Http1Session& operator=(const Http1Session&) = delete;
 
@@ -91,34 +100,63 @@ class Http1Session {
     std::uint64_t length = 0;
     std::uint64_t position = 0;
   };
+  // A streamed application/json body (or one of no type) is held until its
+  // first bytes say whether it is JSON lines: a whole one-line object, then
+  // another line. Its response is announced then, and what it held is fed on
+  // as it came (each piece's bytes, position and time).
+  struct Sniff {
+    struct Held {
+      std::string bytes;
+      std::uint64_t position = 0;
+      TimestampNs ts = 0;
+      std::uint64_t gap = 0;  // a hole instead of bytes
+    };
+    ResponseInfo info;
+    std::optional<RequestInfo> request;  // kept: the queue may move on before the decision
+    std::vector<Held> held;
+    std::string text;  // the body's first bytes, up to the first hole
+  };
   struct OpenResponse {
     OpenResponse() {}  // user-provided: clang needs it to emplace a nested type with member initialisers
     bool event_stream = false;
     bool joined_midstream = false;
     std::uint64_t body_offset = 0;  // body bytes so far, holes included
     std::optional<SseParser> sse;
-    std::optional<BodySpan> span;
+    std::optional<NdjsonParser> ndjson;
+    std::optional<BodySpan> span;       // the bytes being fed
+    std::optional<BodySpan> last_span;  // the last bytes fed (the body's end completes a last line)
     ContentEncoding encoding = ContentEncoding::identity;
     std::unique_ptr<BodyDecoder> decoder;  // set while a compressed body decodes
+    std::unique_ptr<Sniff> sniff;          // set while a JSON body's kind is undecided
   };
   // Decoded bytes of a compressed body go to its event parser.
   struct DecodedToEvents : BodyDecoder::Output {
-    SseParser* sse = nullptr;
+    OpenResponse* open = nullptr;
     TimestampNs ts = 0;
-    void decoded(std::span<const std::uint8_t> bytes) override { sse->feed(bytes, ts); }
+    void decoded(std::span<const std::uint8_t> bytes) override;
   };
+  enum class Events : std::uint8_t { none, sse, ndjson, sniff };
 
   Direction& direction(Flow flow) { return flow == Flow::outbound ? outbound_ : inbound_; }
   const Direction& direction(Flow flow) const { return flow == Flow::outbound ? outbound_ : inbound_; }
   void start_response(const ResponseHead& head, TimestampNs ts);
+  Events events_of(const ResponseHead& head, const ResponseInfo& info) const;
+  void begin_events(OpenResponse& open, ResponseInfo& info, EventFraming framing, bool joined);
   void end_response(TimestampNs ts, ResponseEnd how);
-  void on_sse_event(const SseEvent& event);
+  void on_framed_event(std::string_view type, std::string_view data, TimestampNs ts, TimestampNs first_byte_ts,
+                       std::uint64_t offset, std::uint32_t wire_bytes, bool truncated);
+  void body_to_events(OpenResponse& open, std::span<const std::uint8_t> bytes, std::uint64_t position, TimestampNs ts);
+  void gap_to_events(OpenResponse& open, std::uint64_t n, TimestampNs ts);
   void feed_events(OpenResponse& open, std::span<const std::uint8_t> bytes, TimestampNs ts);
+  void sniff_body(OpenResponse& open, std::span<const std::uint8_t> bytes, std::uint64_t position, TimestampNs ts);
+  void sniff_gap(OpenResponse& open, std::uint64_t n, TimestampNs ts);
+  void decide_sniff(OpenResponse& open, bool json_lines);
   void stop_decoding(OpenResponse& open, ExchangeSink::Undecodable why);
 
   ExchangeSink& sink_;
   const std::size_t request_body_head_;
   const DecoderLimits decoder_limits_;
+  const DeclaredFormats* formats_;
   Role role_ = Role::unknown;
   RequestSide request_side_{*this};
   ResponseSide response_side_{*this};
