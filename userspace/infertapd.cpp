@@ -401,7 +401,7 @@ class Agent {
     pipeline_->set_lag_floor(next->pipeline.lag_floor_ns);
     render_.timeline = next->output.timeline;
     if (degradation_.reconfigure(next->degradation)) log("degradation detection restarted with the new settings");
-    log("configuration reloaded (capture, targeting, output and endpoints need a restart to change)");
+    log("configuration reloaded (capture, targeting, formats, output and endpoints need a restart to change)");
   }
 
   const daemon::DaemonConfig config_;

@@ -54,6 +54,7 @@ struct Spec {
   std::vector<core::StallCause> stalls;
   StreamEnd end = StreamEnd::complete;
   int status = 200;
+  protocol::Dialect dialect = protocol::Dialect::openai;
 };
 
 StreamRecord make_record(const Spec& s) {
@@ -66,6 +67,7 @@ StreamRecord make_record(const Spec& s) {
   (s.role == Role::client ? r.conn.remote : r.conn.local).port = s.port;
   r.end = s.end;
   r.status = s.status;
+  r.dialect = s.dialect;
   r.metrics.ttft_ns = s.ttft_ns;
   r.metrics.e2e_ns = s.e2e_ns;
   r.metrics.tokens = s.tokens;
@@ -229,6 +231,7 @@ const std::map<std::string, std::string> kSample = {
     {"vantage", "server"}, {"model", "sample"}, {"route", "/v1/chat/completions"}, {"process", "sample-server"}};
 const std::map<std::string, std::string> kSampleGenAi = {{"vantage", "server"},
                                                          {"gen_ai_operation_name", "chat"},
+                                                         {"gen_ai_provider_name", "openai"},
                                                          {"gen_ai_request_model", "unknown"},
                                                          {"gen_ai_response_model", "sample"},
                                                          {"server_port", "8000"},
@@ -368,6 +371,7 @@ TEST(MetricsRegistry, Labels) {
   const Exposition e = parse_exposition(reg.render());
   const std::map<std::string, std::string> client = {{"vantage", "client"},
                                                      {"gen_ai_operation_name", "text_completion"},
+                                                     {"gen_ai_provider_name", "openai"},
                                                      {"gen_ai_request_model", "llama-3"},
                                                      {"gen_ai_response_model", "unknown"},
                                                      {"server_port", "8080"},
@@ -398,6 +402,55 @@ TEST(MetricsRegistry, OperationNamesAreTheGenAiOnes) {
   EXPECT_EQ(genai_operation_of("/v1/completions"), "text_completion");
   EXPECT_EQ(genai_operation_of("/v1/embeddings"), "unknown");
   EXPECT_EQ(genai_operation_of(""), "unknown");
+}
+
+// The servers' own APIs: the provider and the operation come from the stream's dialect.
+TEST(MetricsRegistry, ProviderAndOperationComeFromTheDialect) {
+  using protocol::Dialect;
+  const auto record = [](Dialect d, std::string path) {
+    StreamRecord r;
+    r.dialect = d;
+    r.path = std::move(path);
+    return r;
+  };
+  struct Case {
+    Dialect dialect;
+    std::string path, provider, operation;
+  };
+  for (const Case& c : std::vector<Case>{{Dialect::ollama, "/api/chat", "ollama", "chat"},
+                                         {Dialect::ollama, "/api/generate", "ollama", "text_completion"},
+                                         {Dialect::tgi, "/generate_stream", "tgi", "text_completion"},
+                                         {Dialect::llamacpp, "/completion", "llama.cpp", "text_completion"},
+                                         {Dialect::sglang, "/generate", "sglang", "text_completion"},
+                                         {Dialect::vllm, "/generate", "vllm", "text_completion"},
+                                         {Dialect::triton, "/v2/models/m/generate_stream", "triton", "text_completion"},
+                                         {Dialect::gemini, "/v1beta/models/g:streamGenerateContent?alt=sse",
+                                          "gcp.gemini", "generate_content"},
+                                         {Dialect::openai_responses, "/v1/responses", "openai", "chat"},
+                                         {Dialect::openai, "/v1/completions", "openai", "text_completion"},
+                                         {Dialect::unknown, "/x", "unknown", "unknown"}}) {
+    const StreamRecord r = record(c.dialect, c.path);
+    EXPECT_EQ(genai_provider_of(r), c.provider) << c.path;
+    EXPECT_EQ(genai_operation_of(r), c.operation) << c.path;
+  }
+  auto acme = std::make_shared<protocol::DeclaredFormat>();
+  acme->name = "acme";
+  StreamRecord declared = record(Dialect::declared, "/acme/v1/chat");
+  declared.declared = acme;
+  EXPECT_EQ(genai_provider_of(declared), "acme") << "a declared format's name stands in for its provider";
+  EXPECT_EQ(genai_operation_of(declared), "unknown");
+  acme->provider = "acme-cloud";
+  acme->operation = "chat";
+  EXPECT_EQ(genai_provider_of(declared), "acme-cloud");
+  EXPECT_EQ(genai_operation_of(declared), "chat");
+  // On the exposition, beside the model labels.
+  MetricsRegistry reg;
+  reg.observe(make_record({.path = "/api/chat", .ttft_ns = kMs, .dialect = Dialect::ollama}));
+  const Exposition e = parse_exposition(reg.render());
+  std::map<std::string, std::string> labels = kSampleGenAi;
+  labels["gen_ai_provider_name"] = "ollama";
+  labels["route"] = "/api/chat";
+  EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count", labels), 1);
 }
 
 TEST(MetricsRegistry, CardinalityCapFoldsToOther) {
@@ -590,7 +643,8 @@ TEST(MetricsRegistry, SeriesBudgetBoundsTheScrape) {
   for (const auto& [family, sets] : series) EXPECT_LE(sets.size(), budget + 2) << family;  // + the overflow series
   EXPECT_EQ(series["gen_ai_server_time_to_first_token_seconds"].size(), budget + 1);
   EXPECT_EQ(value_of(e, "gen_ai_server_time_to_first_token_seconds_count",
-                     {{"vantage", "server"}, {"gen_ai_operation_name", "other"}, {"gen_ai_request_model", "other"},
+                     {{"vantage", "server"}, {"gen_ai_operation_name", "other"}, {"gen_ai_provider_name", "other"},
+                      {"gen_ai_request_model", "other"},
                       {"gen_ai_response_model", "other"}, {"server_port", "other"}, {"route", "other"},
                       {"process", "other"}}),
             2500 - budget);

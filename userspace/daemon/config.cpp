@@ -18,6 +18,7 @@
 
 #include "base/host_port.h"
 #include "base/yaml_reader.h"
+#include "daemon/formats.h"
 #include "daemon/http_server.h"
 #include "infertap/abi.h"
 
@@ -232,6 +233,14 @@ Value rotate_bytes() {
           "SIZE"};
 }
 
+Read formats_section() {
+  return [](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+    std::vector<std::string> errors;
+    parse_formats(n, k, &c.pipeline.formats, &errors);
+    for (std::string& e : errors) r.error(std::move(e));
+  };
+}
+
 Read degradation_section() {
   return [](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
     std::vector<std::string> errors;
@@ -352,6 +361,7 @@ std::vector<Option> make_options() {
       option("metrics.max_series_per_family", integer(FIELD(metrics.max_series_per_family), 1, 1'000'000)),
       option("kubernetes.pods_dir", text(FIELD(kubernetes.pods_dir), "DIR", directory_problem)),
       option("kubernetes.containers_dir", text(FIELD(kubernetes.containers_dir), "DIR", directory_problem)),
+      option("formats", {formats_section(), ""}),
       option("degradation", {degradation_section(), ""}),
   };
   return o;

@@ -14,6 +14,7 @@
 //   stall.floor_ms / .ratio / .lag_floor_ms -> pipeline.stall_floor_ns / .stall_ratio / .lag_floor_ns
 //   pipeline.*                     -> pipeline
 //   limits.max_connections         -> pipeline.max_connections
+//   formats (a list)               -> pipeline.formats (daemon/formats.h)
 //   limits.* (others), output.*, api.*, metrics.*, kubernetes.*, node_name -> the daemon's own structs
 //
 // Defaults equal infertapd's command-line defaults.

@@ -348,6 +348,7 @@ void MetricsRegistry::observe(const core::StreamRecord& record) {
   const LabelValues infertap = {{}, cap_label("model", std::move(raw.model)), route, process};
   const LabelValues gen_ai = {{},
                               std::string(raw.operation),
+                              cap_label("gen_ai_provider_name", std::move(raw.provider)),
                               cap_label("gen_ai_request_model", std::move(raw.request_model)),
                               cap_label("gen_ai_response_model", std::move(raw.response_model)),
                               cap_label("server_port", std::move(raw.server_port)),

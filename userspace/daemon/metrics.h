@@ -32,7 +32,8 @@ struct MetricsConfig {
   // At most this many distinct values per label (model, route, process, the
   // gen_ai_* models, server_port); later values become "other" and bump
   // infertap_label_overflow_total{label=...}. vantage and
-  // gen_ai_operation_name have a closed set of values and are never capped.
+  // gen_ai_operation_name have a closed set of values and are never capped
+  // (gen_ai_provider_name is the dialect's, or a declared format's: capped all the same).
   std::size_t max_label_values = 50;
   // Label values longer than this are cut (bytes).
   std::size_t max_label_bytes = 128;
@@ -136,12 +137,13 @@ class MetricsRegistry {
   static constexpr std::size_t kLabels = 4;
   static constexpr std::string_view kLabelNames[kLabels] = {"vantage", "model", "route", "process"};
   // Labels of the gen_ai_* families: the OpenTelemetry attributes
-  // (gen_ai.operation.name, gen_ai.request.model, gen_ai.response.model,
-  // server.port) with dots as underscores, then infertap's vantage, route, process.
-  static constexpr std::size_t kGenAiLabels = 7;
+  // (gen_ai.operation.name, gen_ai.provider.name, gen_ai.request.model,
+  // gen_ai.response.model, server.port) with dots as underscores, then
+  // infertap's vantage, route, process.
+  static constexpr std::size_t kGenAiLabels = 8;
   static constexpr std::string_view kGenAiLabelNames[kGenAiLabels] = {
-      "vantage", "gen_ai_operation_name", "gen_ai_request_model", "gen_ai_response_model",
-      "server_port", "route", "process"};
+      "vantage",     "gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_response_model",
+      "server_port", "route",                 "process"};
 
  private:
   struct State {
@@ -193,5 +195,13 @@ std::string format_double(double v);                 // shortest round trip; +In
 // gen_ai.operation.name of a request path: "chat" (…/chat/completions,
 // …/messages, …/responses), "text_completion" (…/completions), else "unknown".
 std::string_view genai_operation_of(std::string_view route);
+// gen_ai.operation.name of a record: its dialect's (the servers' own generate
+// APIs: text_completion, Ollama /api/chat: chat, Gemini: generate_content,
+// Anthropic and Responses: chat), a declared format's, else its route's.
+std::string_view genai_operation_of(const core::StreamRecord& record);
+// gen_ai.provider.name of a record: the API its events speak ("openai",
+// "anthropic", "ollama", "tgi", "llama.cpp", "sglang", "vllm", "triton",
+// "gcp.gemini"), a declared format's provider (else its name), else "unknown".
+std::string_view genai_provider_of(const core::StreamRecord& record);
 
 }  // namespace infertap::daemon

@@ -222,7 +222,8 @@ RecordLabels labels_of(const StreamRecord& r, std::size_t max_bytes) {
   l.response_model = label_value(r.model, max_bytes);
   const core::Endpoint& server = r.role == core::Role::client ? r.conn.remote : r.conn.local;
   l.server_port = label_value(server.port ? std::to_string(server.port) : std::string(), max_bytes);
-  l.operation = genai_operation_of(core::route_of(r.path));
+  l.operation = genai_operation_of(r);
+  l.provider = label_value(genai_provider_of(r), max_bytes);
   return l;
 }
 
@@ -300,6 +301,47 @@ std::string_view genai_operation_of(std::string_view route) {
     return "chat";
   }
   if (metrics_detail::ends_with(route, "/completions")) return "text_completion";
+  return "unknown";
+}
+
+std::string_view genai_operation_of(const core::StreamRecord& r) {
+  using protocol::Dialect;
+  switch (r.dialect) {
+    case Dialect::ollama: return metrics_detail::ends_with(core::route_of(r.path), "/api/chat") ? "chat" : "text_completion";
+    case Dialect::tgi:
+    case Dialect::llamacpp:
+    case Dialect::sglang:
+    case Dialect::vllm:
+    case Dialect::triton: return "text_completion";
+    case Dialect::gemini: return "generate_content";
+    case Dialect::anthropic:
+    case Dialect::openai_responses: return "chat";
+    case Dialect::declared:
+      if (r.declared && !r.declared->operation.empty()) return r.declared->operation;
+      break;
+    default: break;
+  }
+  return genai_operation_of(core::route_of(r.path));
+}
+
+std::string_view genai_provider_of(const core::StreamRecord& r) {
+  using protocol::Dialect;
+  switch (r.dialect) {
+    case Dialect::openai:
+    case Dialect::openai_responses: return "openai";
+    case Dialect::anthropic: return "anthropic";
+    case Dialect::ollama: return "ollama";
+    case Dialect::tgi: return "tgi";
+    case Dialect::llamacpp: return "llama.cpp";
+    case Dialect::sglang: return "sglang";
+    case Dialect::vllm: return "vllm";
+    case Dialect::triton: return "triton";
+    case Dialect::gemini: return "gcp.gemini";
+    case Dialect::declared:
+      if (r.declared) return r.declared->provider.empty() ? std::string_view(r.declared->name) : r.declared->provider;
+      break;
+    case Dialect::unknown: break;
+  }
   return "unknown";
 }
 

@@ -44,6 +44,7 @@ inline constexpr std::string_view kVantageUnknown = "unknown";  // a record of u
 struct RecordLabels {
   std::string model, route, process, request_model, response_model, server_port;
   std::string_view operation;  // gen_ai.operation.name: closed set, never capped
+  std::string provider;        // gen_ai.provider.name
 };
 
 struct HistogramDelta {
