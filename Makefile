@@ -14,7 +14,7 @@ VMLINUX   := vmlinux/$(ARCH)/vmlinux.h
 CXXFLAGS  ?= -O2 -g
 CXXFLAGS  += -std=c++20 -Wall -Wextra -Wno-missing-field-initializers -pthread
 CPPFLAGS  += -Iinclude -Iuserspace -Itests -I$(OUT)
-LDLIBS    += -lbpf -lelf -lz -lbrotlidec -lzstd -lsimdjson -lcpp-httplib -lyaml-cpp -pthread
+LDLIBS    += -lbpf -lelf -lz -lbrotlidec -lzstd -lsimdjson -lcpp-httplib -lyaml-cpp -lssl -lcrypto -lcrypt -pthread
 
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Wno-unused-function \
               -Iinclude -I$(dir $(VMLINUX)) -Ibpf

@@ -283,6 +283,7 @@ TEST(ApiIdle, SilentAndTricklingClientsAreClosedActiveOnesServed) {
   RecordStore store;
   ApiOptions o;
   o.socket_path = dir + "/api.sock";
+  o.first_request_timeout = std::chrono::milliseconds(300);
   o.idle_timeout = std::chrono::milliseconds(300);
   o.max_clients = 2;
   ApiServer server(store, o);
@@ -316,6 +317,42 @@ TEST(ApiIdle, SilentAndTricklingClientsAreClosedActiveOnesServed) {
     EXPECT_EQ(active.request({{"cmd", "status"}})["ok"], true) << "request " << i;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  server.stop();
+  std::filesystem::remove_all(dir);
+}
+
+// Idle connections in every slot: a CLI is told the daemon is busy (not
+// "send: Broken pipe"), and gets in once the silent ones are closed, which
+// happens sooner for a connection that never sent a request than between
+// the requests of one that did.
+TEST(ApiIdle, BusyIsSaidAndSilentConnectionsMakeRoomSoon) {
+  char tmpl[] = "/tmp/infertap-api-busy-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  RecordStore store;
+  ApiOptions o;
+  o.socket_path = dir + "/api.sock";
+  o.first_request_timeout = std::chrono::milliseconds(400);
+  o.idle_timeout = std::chrono::seconds(30);
+  o.max_clients = 4;
+  ApiServer server(store, o);
+  server.start();
+
+  ApiClient kept(o.socket_path);  // sent a request: held to idle_timeout, not to the first-request one
+  ASSERT_EQ(kept.request({{"cmd", "status"}})["ok"], true);
+  std::vector<std::unique_ptr<ApiClient>> silent;
+  for (int i = 0; i < 3; ++i) silent.push_back(std::make_unique<ApiClient>(o.socket_path));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+
+  ApiClient refused(o.socket_path);
+  const json busy = refused.request({{"cmd", "status"}});  // answered, not thrown
+  EXPECT_EQ(busy["ok"], false) << busy.dump();
+  EXPECT_EQ(busy.value("error", ""), "infertapd is busy: 4 connections; try again") << busy.dump();
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past the first-request timeout
+  ApiClient later(o.socket_path);
+  EXPECT_EQ(later.request({{"cmd", "status"}})["ok"], true) << "the silent connections still hold their slots";
+  EXPECT_EQ(kept.request({{"cmd", "status"}})["ok"], true) << "a connection that had sent a request was closed";
   server.stop();
   std::filesystem::remove_all(dir);
 }
