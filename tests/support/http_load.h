@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <iterator>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -129,9 +130,11 @@ class HttpLoad {
     std::lock_guard lock(mu_);
     return probe_ms_.empty() ? 0 : *std::max_element(probe_ms_.begin(), probe_ms_.end());
   }
+  // Of the probes answered 200 in time.
   double probe_percentile_ms(double p) const {
     std::lock_guard lock(mu_);
-    std::vector<double> v = probe_ms_;
+    std::vector<double> v;
+    std::copy_if(probe_ms_.begin(), probe_ms_.end(), std::back_inserter(v), [](double ms) { return ms >= 0; });
     std::sort(v.begin(), v.end());
     return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<std::size_t>(p / 100 * static_cast<double>(v.size())))];
   }

@@ -537,26 +537,11 @@ std::optional<DaemonConfig> configure(const std::string& path, const CommandLine
 }
 
 std::optional<DaemonConfig> load_config(const std::string& path, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (error) *error = path + ": cannot open: " + std::strerror(errno);
-    return std::nullopt;
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    if (error) *error = path + ": read failed: " + std::strerror(errno);
-    return std::nullopt;
-  }
+  const auto text = base::read_config_file(path, error);
+  if (!text) return std::nullopt;
   std::string inner;
-  auto config = parse_config(text.str(), &inner);
-  if (!config && error) {
-    std::string prefixed;
-    std::istringstream lines(inner);
-    std::string line;
-    while (std::getline(lines, line)) prefixed += (prefixed.empty() ? "" : "\n") + path + ": " + line;
-    *error = prefixed;
-  }
+  auto config = parse_config(*text, &inner);
+  if (!config && error) *error = base::prefix_lines(path, inner);
   return config;
 }
 

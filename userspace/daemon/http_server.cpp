@@ -29,6 +29,7 @@ namespace {
 constexpr std::size_t kAcceptsPerRound = 64;
 constexpr std::int64_t kLingerNs = 500'000'000;  // after the answer: read what the client still sends, then close
 constexpr std::size_t kLingerBytes = 256 * 1024;
+constexpr std::int64_t kAcceptPauseNs = 100'000'000;
 
 std::int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -227,6 +228,7 @@ struct HttpServer::Impl {
   std::unique_ptr<Renderer> renderer;
   std::list<Conn> conns;
   std::uint64_t next_id = 1;
+  std::int64_t accepts_paused_until_ns = 0;  // out of descriptors: listeners not polled until then
   std::atomic<bool> ready{false}, stopping{false};
   bool stopped = false;
   std::thread thread;
@@ -296,8 +298,9 @@ void HttpServer::Impl::poll_once() {
   std::vector<Conn*> polled;
   fds.reserve(listeners.size() + 1 + conns.size());
   fds.push_back({wake_fd, POLLIN, 0});
-  for (const Listener& l : listeners) fds.push_back({l.fd, POLLIN, 0});
-  std::int64_t next_deadline = steady_ns() + 1'000'000'000;
+  const bool accepting = steady_ns() >= accepts_paused_until_ns;
+  for (const Listener& l : listeners) fds.push_back({l.fd, static_cast<short>(accepting ? POLLIN : 0), 0});
+  std::int64_t next_deadline = steady_ns() + (accepting ? 1'000'000'000 : kAcceptPauseNs);
   for (Conn& c : conns) {
     fds.push_back({c.fd, c.wants, 0});
     polled.push_back(&c);
@@ -327,7 +330,14 @@ void HttpServer::Impl::poll_once() {
 void HttpServer::Impl::accept_from(const Listener& l, std::int64_t now) {
   for (std::size_t i = 0; i < kAcceptsPerRound; ++i) {
     const int fd = accept4(l.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN, or an error the next round retries
+    if (fd < 0) {
+      // Out of descriptors: the pending connection stays queued, and polling
+      // the listener again at once would spin; look again a little later.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        accepts_paused_until_ns = now + kAcceptPauseNs;
+      }
+      return;
+    }
     // Past max_connections, a few slots more are kept for health probes: when
     // every slot holds a request being answered, a probe still gets in.
     const bool reserve = conns.size() >= options.max_connections && !make_room();

@@ -126,9 +126,9 @@ bool RecordSink::open_file(std::string* error) {
   if (fd < 0) return fail(std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return fail("not a regular file");
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    return fail(errno == EWOULDBLOCK ? "another infertapd writes this file; give each agent an output file of its own"
-                                     : std::string("cannot lock: ") + std::strerror(errno));
+  // A file system without locks (ENOLCK, some network ones) is written unlocked.
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    return fail("another infertapd writes this file; give each agent an output file of its own");
   }
   // The mode (and group) are set on a file of an earlier run too: umask and old defaults do not widen it.
   if (gid_ >= 0 && fchown(fd, static_cast<uid_t>(-1), static_cast<gid_t>(gid_)) != 0) {

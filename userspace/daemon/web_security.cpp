@@ -9,8 +9,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "base/yaml_reader.h"
 
@@ -134,20 +132,11 @@ std::optional<WebConfig> parse_web_config(const std::string& yaml_text, const st
 }
 
 std::optional<WebConfig> load_web_config(const std::string& path, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (error) *error = path + ": cannot open: " + std::strerror(errno);
-    return std::nullopt;
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
+  const auto text = base::read_config_file(path, error);
+  if (!text) return std::nullopt;
   std::string inner;
-  auto config = parse_web_config(text.str(), std::filesystem::path(path).parent_path().string(), &inner);
-  if (!config && error) {
-    std::istringstream lines(inner);
-    error->clear();
-    for (std::string line; std::getline(lines, line);) *error += (error->empty() ? "" : "\n") + path + ": " + line;
-  }
+  auto config = parse_web_config(*text, std::filesystem::path(path).parent_path().string(), &inner);
+  if (!config && error) *error = base::prefix_lines(path, inner);
   return config;
 }
 
