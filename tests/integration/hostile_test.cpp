@@ -98,7 +98,8 @@ TEST_F(Hostile, HealthAnswersUnderSlowClientsHugePostsAndManyScrapes) {
   EXPECT_LT(load.probe_max_ms(), 1000);
   EXPECT_GE(load.probes(), 50u);
   EXPECT_GE(load.scrapes_ok(), 200u);
-  EXPECT_GE(http.value("head_timeouts", 0), 8) << "the trickling heads were cut at the read timeout";
+  EXPECT_GE(http.value("head_timeouts", 0) + http.value("evicted", 0), 8)
+      << "the trickling heads lost their slots (cut at the read timeout, or closed to make room)";
   EXPECT_GE(http.value("rejected", 0), 4) << "the POSTs were answered 405";
   stop_daemon();
 }

@@ -363,18 +363,24 @@ void HttpServer::Impl::accept_from(const Listener& l, std::int64_t now) {
   }
 }
 
-// Closes the oldest connection that has not sent its whole request yet (or
-// has its answer already); `reserved`: among those in the reserve slots only.
+// Makes a slot: closes a connection whose answer is out (lingering), else the
+// oldest one that has not sent its whole request yet; `reserved`: among
+// those in the reserve slots only.
 bool HttpServer::Impl::make_room(bool reserved) {
-  Conn* oldest = nullptr;
-  for (Conn& c : conns) {
-    if (c.closed || (reserved && !c.reserve)) continue;
-    if (c.phase != Phase::handshake && c.phase != Phase::head && c.phase != Phase::lingering) continue;
-    if (!oldest || c.accepted_ns < oldest->accepted_ns) oldest = &c;
+  Conn* victim = nullptr;
+  for (const bool done_only : {true, false}) {
+    for (Conn& c : conns) {
+      if (c.closed || (reserved && !c.reserve)) continue;
+      const bool done = c.phase == Phase::lingering;
+      const bool unsent = c.phase == Phase::handshake || c.phase == Phase::head;
+      if (!(done_only ? done : unsent)) continue;
+      if (!victim || c.accepted_ns < victim->accepted_ns) victim = &c;
+    }
+    if (victim) break;
   }
-  if (!oldest) return false;
-  if (oldest->phase != Phase::lingering) count(&HttpCounters::evicted);
-  close_conn(*oldest);
+  if (!victim) return false;
+  if (victim->phase != Phase::lingering) count(&HttpCounters::evicted);
+  close_conn(*victim);
   std::erase_if(conns, [](const Conn& c) { return c.closed; });
   return true;
 }
