@@ -246,6 +246,13 @@ struct StreamRecord {
 // "<connection generation>-<response index>": unique per agent run.
 std::string stream_id(const StreamRecord& r);
 
+// What of a request target reaches records, labels and cohorts
+// (core/labels.h sanitize_target, docs/schema.md#paths).
+struct PathPrivacy {
+  std::vector<std::string> keep_query_params;  // query parameters kept by name; every other one is dropped
+  bool normalize_routes = true;                 // id-like and secret-like path segments become "{id}"
+};
+
 struct PipelineConfig {
   // A stall is a gap between content events above both the floor and
   // stall_ratio x the stream's own median ITL.
@@ -266,6 +273,7 @@ struct PipelineConfig {
   // Declared formats (the configuration's `formats:`): the first that covers
   // a response reads its events, before any built-in dialect.
   protocol::DeclaredFormats formats;
+  PathPrivacy privacy;
 };
 
 }  // namespace infertap::core
