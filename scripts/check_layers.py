@@ -12,7 +12,7 @@ listed for it, nothing else:
   daemon/
   cli/
   userspace/infertapd.cpp, userspace/cli/infertap.cpp   the two mains, on top
-  tools/                         standalone: only its own tool_common.h
+  tools/                         standalone: only its own headers (tool_common.h, native_formats.h)
 
 "infertap/abi.h" (include/) is the kernel/user ABI: capture/ and the layers
 above it may include it. Unit tests beside their code (*_test.cpp) follow
@@ -72,7 +72,7 @@ def problems(root):
                 continue
             target = match.group(1)
             if layer == "tools":
-                if target != "tool_common.h":
+                if "/" in target or not (userspace / "tools" / target).is_file():
                     yield f"userspace/{rel}:{number}: tools are standalone, but it includes \"{target}\""
                 continue
             if layer is None or layer not in BELOW:

@@ -14,6 +14,7 @@ packages=(
   prometheus                               # the Prometheus integration test scrapes the agent
   nginx haproxy                            # real gateways for the issue-3 path tests (started by the tests)
   python3-jsonschema                       # NDJSON records checked against docs/schema.json
+  nodejs                                   # the official npm clients of the integration tests (below)
   g++-aarch64-linux-gnu                    # make cross-arm64 (its arm64 libraries: scripts/arm64_sysroot.sh)
 )
 
@@ -43,6 +44,28 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ -n "$saved" ]; then mv -f "$saved" "$policy"; else rm -f "$policy"; fi
   [ "$rc" -eq 0 ] || { echo "setup.sh: apt-get failed ($rc)" >&2; exit "$rc"; }
 fi
+
+# The official npm clients the integration tests drive (tests/support/*.mjs),
+# pinned, in /opt/infertap-test/node_modules: the tests' NODE_PATH
+# (INFERTAP_NODE_MODULES overrides it). npm comes with nodejs where Node.js
+# is NodeSource's; Debian's own nodejs needs the npm package.
+node_prefix=/opt/infertap-test
+node_packages=(ollama@0.6.4)
+if ! command -v npm >/dev/null 2>&1; then
+  echo "setup.sh: installing npm"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null ||
+    { echo "setup.sh: apt-get install npm failed" >&2; exit 1; }
+fi
+for spec in "${node_packages[@]}"; do
+  name=${spec%@*} version=${spec##*@}
+  have=$(node -p "require('$node_prefix/node_modules/$name/package.json').version" 2>/dev/null || true)
+  if [ "$have" != "$version" ]; then
+    echo "setup.sh: npm install $spec into $node_prefix"
+    mkdir -p "$node_prefix"
+    npm install --prefix "$node_prefix" --no-audit --no-fund "$spec" >/dev/null ||
+      { echo "setup.sh: npm install $spec failed" >&2; exit 1; }
+  fi
+done
 
 # A system nginx/haproxy bound to :80 would only get in the way: stop and
 # disable the packaged services (no-ops where they never ran).

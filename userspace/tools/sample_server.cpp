@@ -26,9 +26,11 @@
 #include <cctype>
 #include <memory>
 
+#include "native_formats.h"
 #include "tool_common.h"
 
 namespace it = infertap::tools;
+namespace nf = infertap::tools::native;
 
 namespace {
 
@@ -63,7 +65,19 @@ const char* kUsage = R"(usage: sample-server [options]
   --encoding gzip|deflate|br|zstd  compress event streams with this coding when the request's
                          Accept-Encoding lists it ("Content-Encoding" set; each event flushed)
   --encoding-hold K      flush the compressor every K events only (a buffering compressor; default 1)
+  --split-sends          every send's bytes go out in two syscalls, split mid-way (events cut across
+                         sends; with --events-per-write, coalesced and cut); not with --encoding
+  --split-gap-ms MS      time between the two halves (default 1)
+  --generate-api sglang|vllm  whose stream POST /generate answers (default sglang)
+  --native-variant plain|keepalive|error  native streams as recorded, with keep-alive lines
+                         between events, or with an error object mid-stream (default plain)
 Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages, GET /health, GET /v1/models.
+Native routes (the servers' own streams, userspace/tools/native_formats.h; a stream unless the
+request says "stream":false; tokens from max_tokens, num_predict, max_new_tokens, n_predict,
+max_output_tokens or maxOutputTokens): POST /api/chat, /api/generate (Ollama, NDJSON),
+/generate_stream (TGI), /completion (llama.cpp), /generate (SGLang or vLLM), /v2/models/M/generate_stream
+(Triton), /v1beta/models/M:streamGenerateContent?alt=sse (Gemini; without alt=sse: a JSON array),
+/v1/responses (OpenAI Responses), /acme/v1/generate (the declared format of docs/configuration.md).
 Signals: SIGUSR1 toggles slow mode; SIGTERM/SIGINT flush the log and exit 0.
 )";
 
@@ -103,6 +117,10 @@ struct Config {
   std::uint64_t seed = 0;
   std::string encoding;           // "" = never compress
   std::int64_t encoding_hold = 1;  // events per compressor flush
+  bool split_sends = false;        // each send in two halves
+  double split_gap_ms = 1;
+  nf::Format generate_api = nf::Format::sglang;  // POST /generate
+  nf::Variant native_variant = nf::Variant::plain;
 };
 
 Config g_cfg;
@@ -403,12 +421,16 @@ std::int64_t itl_ns(Conn& c) {
   return jittered_ns(c, base);
 }
 
-// Paces and frames SSE events, coalescing events_per_write of them per syscall.
+// Paces and frames events (SSE events, NDJSON lines), coalescing
+// events_per_write of them per syscall; with --split-sends each syscall's
+// bytes go out as two, --split-gap-ms apart. A send's log line names the
+// events whose last byte it carried (an SSE event ended by CRLF CRLF is
+// complete at its last CR): their ground-truth time.
 class Emitter {
  public:
   Emitter(Conn& c, bool chunked, Encoder* encoder) : c_(c), chunked_(chunked), encoder_(encoder) {}
 
-  // Emit one SSE event (complete text incl. trailing blank line) after waiting
+  // Emit one event (complete text incl. its terminator) after waiting
   // gap_ns since the previous event was produced.
   bool emit(std::string_view kind, const std::string& event, std::int64_t gap_ns) {
     std::int64_t produced;
@@ -425,19 +447,27 @@ class Emitter {
     if (pending_ == 0) {
       first_index_ = index_;
       wire_.clear();
+      ends_.clear();
+      kinds_.clear();
     }
+    std::size_t end;
     if (encoder_) {
       const bool flush = (index_ + 1) % std::max<std::int64_t>(1, g_cfg.encoding_hold) == 0;
       add_body(encoder_->encode(event, flush));
+      end = wire_.data.size();
     } else if (chunked_) {
       add_body(event);
+      end = wire_.data.size() - 2;  // the chunk's CRLF is no part of the event
     } else {
       // Close-delimited: split the terminating blank line into its own iovec.
       std::size_t body = event.size() >= 2 ? event.size() - 2 : event.size();
       wire_.add(std::string_view(event).substr(0, body));
       wire_.add(std::string_view(event).substr(body));
+      end = wire_.data.size();
     }
-    kind_ = kind;
+    if (!encoder_ && std::string_view(event).ends_with("\r\n\r\n")) --end;
+    ends_.push_back(end);
+    kinds_.emplace_back(kind);
     ++pending_;
     ++index_;
     last_ = produced;
@@ -447,13 +477,21 @@ class Emitter {
 
   bool flush() {
     if (pending_ == 0) return true;
-    SendInfo si;
-    si.event_index = index_ - 1;
-    si.first_event_index = first_index_;
-    si.events = pending_;
-    si.kind = kind_;
     pending_ = 0;
-    std::int64_t ts = send_wire(c_, wire_, si);
+    std::int64_t ts;
+    if (g_cfg.split_sends && !encoder_ && wire_.data.size() >= 2) {
+      const std::size_t half = wire_.data.size() / 2;
+      Wire a, b;
+      slice(0, half, a);
+      slice(half, wire_.data.size(), b);
+      std::size_t in_a = 0;
+      while (in_a < ends_.size() && ends_[in_a] <= half) ++in_a;
+      if (send_wire(c_, a, info(0, in_a)) < 0) return false;
+      it::sleep_ns(ms_to_ns(g_cfg.split_gap_ms));
+      ts = send_wire(c_, b, info(in_a, ends_.size()));
+    } else {
+      ts = send_wire(c_, wire_, info(0, ends_.size()));
+    }
     if (ts < 0) return false;
     if (ts - last_ >= kLateNs) last_ = ts;  // the send blocked: restart the schedule from now
     return true;
@@ -476,6 +514,26 @@ class Emitter {
  private:
   static constexpr std::int64_t kLateNs = 2'000'000;
 
+  // The log line of a send that completes pending events [from, to).
+  SendInfo info(std::size_t from, std::size_t to) const {
+    SendInfo si;
+    si.kind = "split";  // a piece that completes no event
+    if (from == to) return si;
+    si.first_event_index = first_index_ + std::int64_t(from);
+    si.event_index = first_index_ + std::int64_t(to) - 1;
+    si.events = std::int64_t(to - from);
+    si.kind = kinds_[to - 1];
+    return si;
+  }
+
+  // Bytes [from, to) of wire_, with its iovec segmentation.
+  void slice(std::size_t from, std::size_t to, Wire& out) const {
+    for (auto [off, len] : wire_.segs) {
+      const std::size_t lo = std::max(off, from), hi = std::min(off + len, to);
+      if (lo < hi) out.add(std::string_view(wire_.data).substr(lo, hi - lo));
+    }
+  }
+
   // Body bytes in the response's framing (a chunk each when chunked; a
   // compressor that held everything adds nothing).
   void add_body(std::string_view body) {
@@ -495,8 +553,9 @@ class Emitter {
   bool chunked_;
   Encoder* encoder_;
   Wire wire_;
+  std::vector<std::size_t> ends_;  // per pending event: one past its completing byte in wire_
+  std::vector<std::string> kinds_;
   std::int64_t pending_ = 0, index_ = 0, first_index_ = 0;
-  std::string kind_;
   std::int64_t last_ = 0;
 };
 
@@ -510,6 +569,7 @@ struct StreamParams {
   bool http10 = false;  // the request was HTTP/1.0: no chunked framing, close after the response
   std::int64_t prompt_tokens;
   std::string encoding;  // "" = identity
+  const nf::RecordedStream* native = nullptr;  // a native route's stream
 };
 
 std::string openai_chunk_prefix(const std::string& id, const char* object, std::int64_t created,
@@ -617,6 +677,54 @@ bool stream_anthropic(Conn& c, Emitter& em, const StreamParams& p) {
   return em.emit("anthropic:message_stop", anthropic_event("message_stop", "{\"type\":\"message_stop\"}"), 0);
 }
 
+// A native route's recorded stream: token events paced by ttft/itl, the
+// others (keep-alive lines, final and error objects) right after.
+bool stream_native(Conn& c, Emitter& em, const StreamParams& p) {
+  const nf::RecordedStream& s = *p.native;
+  std::int64_t tokens = 0;
+  for (std::size_t i = 0; i < s.wire.size(); ++i) {
+    const bool error = s.error && i + 1 == s.wire.size();
+    const std::string_view kind = s.token[i] ? "content" : !s.event[i] ? "keepalive" : error ? "error" : "event";
+    std::int64_t gap = 0;
+    if (s.token[i]) {
+      gap = tokens == 0 ? jittered_ns(c, g_cfg.ttft_ms) : itl_ns(c);
+      if (g_cfg.pause_after > 0 && tokens == g_cfg.pause_after) gap += ms_to_ns(g_cfg.pause_ms);
+      ++tokens;
+    }
+    if (!em.emit(kind, s.wire[i], gap)) return false;
+  }
+  return true;
+}
+
+// Which native stream a route asks for.
+std::optional<nf::Format> native_route(std::string_view path) {
+  const auto ends = [&](std::string_view tail) { return path.ends_with(tail); };
+  if (ends("/api/chat")) return nf::Format::ollama_chat;
+  if (ends("/api/generate")) return nf::Format::ollama_generate;
+  if (ends("/generate_stream")) return path.starts_with("/v2/models/") ? nf::Format::triton : nf::Format::tgi;
+  if (ends("/completion")) return nf::Format::llamacpp;
+  if (ends("/acme/v1/generate")) return nf::Format::declared_acme;
+  if (ends("/generate")) return g_cfg.generate_api;
+  if (ends(":streamGenerateContent")) return nf::Format::gemini;
+  if (ends("/responses")) return nf::Format::responses;
+  return std::nullopt;
+}
+
+// Gemini's streamGenerateContent without alt=sse: one JSON array, its
+// elements (the SSE events' data) sent as they come, ",\r\n" between them.
+nf::RecordedStream as_json_array(nf::RecordedStream s) {
+  s.content_type = "application/json";
+  s.framing = "json_array";
+  for (std::size_t i = 0; i < s.wire.size(); ++i) {
+    std::string& w = s.wire[i];
+    if (w.starts_with("data: ")) w.erase(0, 6);
+    while (!w.empty() && (w.back() == '\n' || w.back() == '\r')) w.pop_back();
+    w.insert(0, i == 0 ? "[" : ",\r\n");
+  }
+  if (!s.wire.empty()) s.wire.back() += "]";
+  return s;
+}
+
 // Plain (Content-Length) response in one send syscall.
 bool send_plain(Conn& c, int status, const char* reason, const std::string& body, bool keep_alive,
                 std::string_view kind = "response") {
@@ -681,7 +789,9 @@ bool serve_stream(Conn& c, const StreamParams& p, bool keep_alive, bool& ok) {
   const bool chunked = g_cfg.framing == Framing::chunked && !p.http10;
   if (!chunked) keep_alive = false;
   g_streams_active.fetch_add(1);
-  std::string h = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n";
+  std::string h = "HTTP/1.1 200 OK\r\n";
+  if (!p.native) h += "Content-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n";
+  else if (!p.native->content_type.empty()) h += "Content-Type: " + p.native->content_type + "\r\n";
   if (!g_cfg.accel_buffering.empty()) h += "X-Accel-Buffering: " + g_cfg.accel_buffering + "\r\n";
   if (p.api == Api::anthropic) h += "request-id: req_" + random_id(c.rng, 24) + "\r\n";
   else h += "x-request-id: " + random_id(c.rng, 32) + "\r\n";
@@ -699,7 +809,9 @@ bool serve_stream(Conn& c, const StreamParams& p, bool keep_alive, bool& ok) {
   if (ok) {
     Emitter em(c, chunked, encoder.get());
     em.set_last(ts);
-    ok = p.api == Api::anthropic ? stream_anthropic(c, em, p) : stream_openai(c, em, p);
+    ok = p.native                  ? stream_native(c, em, p)
+         : p.api == Api::anthropic ? stream_anthropic(c, em, p)
+                                   : stream_openai(c, em, p);
     if (ok) ok = em.flush();
     if (ok) ok = em.finish_encoding();
     if (ok && chunked) {
@@ -873,6 +985,36 @@ void serve_connection(Conn& c) {
     bool known = true;
     // By the end of the path: a gateway or deployment prefix (/openai/deployments/x/...) is served too.
     const auto ends = [&](std::string_view tail) { return path.ends_with(tail); };
+    const std::optional<nf::Format> native = r.method == "POST" ? native_route(path) : std::nullopt;
+    if (native) {
+      StreamParams p;
+      p.api = Api::completions;
+      p.http10 = r.version == "HTTP/1.0";
+      p.model = it::json_get_string(r.body, "model").value_or(g_cfg.model);
+      std::optional<std::int64_t> mt;
+      for (const char* key : {"max_tokens", "max_completion_tokens", "max_output_tokens", "num_predict",
+                              "max_new_tokens", "n_predict", "maxOutputTokens"})
+        if (!mt) mt = it::json_get_int(r.body, key);
+      p.n_tokens = std::clamp<std::int64_t>(mt.value_or(g_cfg.tokens), 1, 100'000);
+      p.prompt_tokens = std::max<std::int64_t>(1, std::int64_t(r.body.size() / 4));
+      const bool stream = it::json_get_bool(r.body, "stream").value_or(true);
+      log_request(c, r, ts, &p, stream);
+      if (stream) {
+        nf::RecordedStream s = nf::recorded_stream(*native, int(p.n_tokens), g_cfg.native_variant);
+        if (*native == nf::Format::gemini && r.path.find("alt=sse") == std::string::npos) s = as_json_array(std::move(s));
+        p.native = &s;
+        bool ok = false;
+        stay = serve_stream(c, p, keep_alive, ok);
+      } else {
+        std::string b = "{\"model\":";
+        it::append_json_string(b, p.model);
+        b += ",\"done\":true}";
+        stay = send_plain(c, 200, "OK", b, keep_alive) && keep_alive;
+      }
+      ++c.req;
+      if (!stay) return;
+      continue;
+    }
     if (ends("/chat/completions")) api = Api::chat;
     else if (ends("/completions")) api = Api::completions;
     else if (ends("/v1/messages")) api = Api::anthropic;
@@ -1008,10 +1150,11 @@ int main(int argc, char** argv) {
   for (const char* o : {"host", "port", "model", "framing", "sender", "ttft-ms", "itl-ms", "jitter-ms", "tokens",
                         "pause-after", "pause-ms", "events-per-write", "slow-factor", "log", "exit-after",
                         "max-conns", "grace-ms", "seed", "accel-buffering", "sndbuf", "encoding", "encoding-hold",
-                        "text"})
+                        "text", "split-gap-ms", "generate-api", "native-variant"})
     a.option(o);
   a.flag("usage");
   a.flag("no-nodelay");
+  a.flag("split-sends");
   if (!a.parse(argc, argv)) return 2;
   Config& c = g_cfg;
   c.host = a.str("host", c.host);
@@ -1020,6 +1163,17 @@ int main(int argc, char** argv) {
   c.framing = a.choice("framing", "chunked", {"chunked", "close"}) == "close" ? Framing::close : Framing::chunked;
   c.encoding = a.has("encoding") ? a.choice("encoding", "gzip", {"gzip", "deflate", "br", "zstd"}) : "";
   c.encoding_hold = std::max<std::int64_t>(1, a.integer("encoding-hold", 1));
+  c.split_sends = a.has("split-sends");
+  c.split_gap_ms = a.number("split-gap-ms", c.split_gap_ms);
+  c.generate_api = a.choice("generate-api", "sglang", {"sglang", "vllm"}) == "vllm" ? nf::Format::vllm : nf::Format::sglang;
+  const std::string variant = a.choice("native-variant", "plain", {"plain", "keepalive", "error"});
+  c.native_variant = variant == "keepalive" ? nf::Variant::keepalive
+                     : variant == "error"   ? nf::Variant::error_mid
+                                            : nf::Variant::plain;
+  if (c.split_sends && !c.encoding.empty()) {
+    std::fprintf(stderr, "--split-sends cuts plain bytes: not with --encoding\n");
+    return 2;
+  }
   std::string s = a.choice("sender", "write", {"write", "send", "sendmsg", "writev", "mixed"});
   c.sender = s == "write"     ? Sender::write
              : s == "send"    ? Sender::send
