@@ -60,9 +60,12 @@ BENCH_OBJS := $(patsubst %.cpp,$(OUT)/obj/%.o,$(BENCH_SRCS))
 # Fuzzers: clang + libFuzzer + ASan/UBSan, one binary per tests/fuzz/fuzz_*.cpp.
 FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.cpp)
 FUZZ_BINS  := $(patsubst tests/fuzz/%.cpp,$(OUT)/fuzz/%,$(FUZZ_SRCS))
+# The library sources they need are compiled once (instrumented, no main)
+# and linked into each.
 FUZZ_LIB_SRCS := $(filter userspace/base/% userspace/protocol/% userspace/core/%,$(LIB_SRCS)) userspace/capture/event.cpp
-FUZZ_FLAGS := -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-              -Iinclude -Iuserspace -I$(OUT)
+FUZZ_LIB_OBJS := $(patsubst %.cpp,$(OUT)/fuzz/obj/%.o,$(FUZZ_LIB_SRCS))
+FUZZ_COMMON := -std=c++20 -O1 -g -fno-sanitize-recover=undefined -Iinclude -Iuserspace -I$(OUT)
+FUZZ_FLAGS := $(FUZZ_COMMON) -fsanitize=fuzzer,address,undefined
 
 .DELETE_ON_ERROR:
 .PHONY: all bins bpf test unit integration bench fuzz clean vmlinux cross-arm64
@@ -130,8 +133,12 @@ $(OUT)/integration_tests: $(INTEG_OBJS) $(LIB)
 $(OUT)/bench_pipeline: $(BENCH_OBJS) $(LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lbenchmark $(LDLIBS)
 
-$(OUT)/fuzz/%: tests/fuzz/%.cpp $(FUZZ_LIB_SRCS) $(SKELS) | $(OUT)/fuzz
-	$(CLANG)++ $(FUZZ_FLAGS) $< $(FUZZ_LIB_SRCS) -o $@ -lsimdjson -lz -lbrotlidec -lzstd
+$(OUT)/fuzz/obj/%.o: %.cpp $(SKELS)
+	@mkdir -p $(dir $@)
+	$(CLANG)++ $(FUZZ_COMMON) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
+
+$(OUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.cpp $(FUZZ_LIB_OBJS) $(SKELS) | $(OUT)/fuzz
+	$(CLANG)++ $(FUZZ_FLAGS) -MMD -MP -MF $(OUT)/fuzz/obj/fuzz_$*.d $< $(FUZZ_LIB_OBJS) -o $@ -lsimdjson -lz -lbrotlidec -lzstd
 
 fuzz: $(FUZZ_BINS)
 
@@ -143,4 +150,4 @@ test: unit
 clean:
 	rm -rf $(OUT)
 
--include $(shell find $(OUT)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(OUT)/obj $(OUT)/fuzz/obj -name '*.d' 2>/dev/null)

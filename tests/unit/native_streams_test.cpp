@@ -176,6 +176,15 @@ TEST(NativeStreams, AStreamedJsonDocumentIsNoStream) {
   doc.wire = {R"({"models":[{"name":"llama3.2"},{"name":"qwen3"}]})" "\n"};
   doc.token = doc.event = {false};
   EXPECT_TRUE(replay(doc, kModes[0]).records.empty()) << "one line, then the end of the body";
+  // Gemini without alt=sse: one JSON array streamed element by element (not
+  // read as a stream: docs/metrics.md#token-events-per-dialect says why).
+  RecordedStream array = testing::recorded_stream(Format::gemini, 4);
+  array.response_head = testing::native_detail::head("application/json");
+  for (std::size_t i = 0; i < array.wire.size(); ++i) {
+    std::string& w = array.wire[i];
+    w = (i == 0 ? "[" : ",\r\n") + w.substr(6, w.size() - 10) + (i + 1 == array.wire.size() ? "]" : "");
+  }
+  EXPECT_TRUE(replay(array, kModes[0]).records.empty()) << "a JSON array";
 }
 
 // Joined mid-way: a chunked JSON-lines stream is read from its next object.

@@ -7,6 +7,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <string>
 
@@ -245,6 +246,18 @@ bool finishes(const DeclaredFormat& f, const Value& v) {
   return v.complete && v.truthy();
 }
 
+// A token count: a whole number of digits alone (a cut one, an empty one
+// from a malformed event, a sign, a fraction or one past 64 bits is none).
+std::optional<std::uint64_t> count_of(const Value& v) {
+  if (v.kind != Value::Kind::number || !v.complete || v.text.empty() ||
+      v.text.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  std::uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.text.data(), v.text.data() + v.text.size(), n);
+  if (ec != std::errc() || end != v.text.data() + v.text.size()) return std::nullopt;
+  return n;
+}
+
 void classify(const DeclaredFormat& f, const Reader& r, EventMeaning& m) {
   const Value error = r.at(f.error);
   const Value content = r.at(f.content);
@@ -252,12 +265,8 @@ void classify(const DeclaredFormat& f, const Reader& r, EventMeaning& m) {
   if (const Value v = r.at(f.finish_reason); v.kind == Value::Kind::string && v.complete) m.finish_reason = v.text;
   if (const Value v = r.at(f.model); v.kind == Value::Kind::string && v.complete) m.model = v.text;
   if (const Value v = r.at(f.response_id); v.kind == Value::Kind::string && v.complete) m.response_id = v.text;
-  const Value tokens = r.at(f.tokens);
-  if (tokens.kind == Value::Kind::number && tokens.complete && tokens.text.find_first_not_of("0123456789") == std::string::npos)
-    m.completion_tokens = std::stoull(tokens.text.substr(0, 19));
-  if (const Value v = r.at(f.prompt_tokens);
-      v.kind == Value::Kind::number && v.text.find_first_not_of("0123456789") == std::string::npos)
-    m.prompt_tokens = std::stoull(v.text.substr(0, 19));
+  m.completion_tokens = count_of(r.at(f.tokens));
+  m.prompt_tokens = count_of(r.at(f.prompt_tokens));
   if (content.kind == Value::Kind::string) {
     m.output_length = content.length;
     m.output_cut = !content.complete;
@@ -321,13 +330,17 @@ EventMeaning interpret_declared(const DeclaredFormat& format, std::string_view d
   if (body == "[DONE]") {  // SSE streams often end so, whatever their events say
     m.kind = EventKind::done;
     m.ends_stream = true;
+    m.from_partial = truncated;
     return m;
   }
+  m.from_partial = truncated;
   if (body.empty() || (body.front() != '{' && body.front() != '[')) return m;  // unparsed
   Reader r;
   r.text = body;
   r.whole = (!truncated || body.back() == '}' || body.back() == ']') && json_text::parse(body, &r.doc);
-  m.from_partial = !r.whole;
+  // A cut event is partial even when its captured bytes parse: what was cut
+  // is unknown (as interpret_event says of its dialects).
+  m.from_partial = truncated || !r.whole;
   classify(format, r, m);
   return m;
 }
