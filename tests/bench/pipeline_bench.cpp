@@ -2,12 +2,20 @@
 // HTTP -> SSE -> payload -> stream records, on one core. Input is a recorded-
 // style event stream: many concurrent chunked OpenAI streams, interleaved as a
 // busy server produces them. Reported as items_per_second = events/s.
+// BM_PipelineNativeStreams does the same with each recorded native format
+// (tests/support/native_streams.h): the servers' own dialects and a declared
+// format side by side in one run, so the per-event cost of a declared
+// format's JSON pointers reads against the built-in dialect of the same
+// framing (declared_acme against ollama_chat, both NDJSON).
 #include <benchmark/benchmark.h>
 
+#include <string>
 #include <vector>
 
 #include "core/pipeline.h"
+#include "daemon/config.h"
 #include "support/event_builder.h"
+#include "support/native_streams.h"
 
 namespace {
 
@@ -71,6 +79,74 @@ void run(benchmark::State& state, bool client_side, bool unique_chunks = false) 
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rec.events));
   state.counters["streams_out"] = static_cast<double>(records_out) / static_cast<double>(state.iterations());
 }
+
+// `streams` concurrent server-side streams of one recorded native format,
+// `tokens` token events each. With `unique_events` each event also differs
+// outside its text and the memo's holes (its model), which defeats the memo.
+Recording make_native_recording(infertap::testing::Format format, int streams, int tokens, bool unique_events) {
+  Recording rec;
+  const infertap::testing::RecordedStream s = infertap::testing::recorded_stream(format, tokens);
+  const std::string request = "POST " + s.path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(s.request_body.size()) + "\r\n\r\n" + s.request_body;
+  std::vector<ConnBuilder> conns;
+  for (int c = 0; c < streams; ++c) conns.emplace_back(0x2000 + c, 100, 8000, 30000 + c);
+  std::uint64_t t = 1'000'000'000;
+  auto out = [&](ConnBuilder& c, bool outbound, const std::string& bytes) {
+    t += 1000;
+    rec.records.push_back(outbound ? c.send(t, bytes) : c.recv(t, bytes));
+    ++rec.events;
+  };
+  for (auto& c : conns) {
+    out(c, false, request);
+    out(c, true, s.response_head);
+  }
+  for (std::size_t i = 0; i < s.wire.size(); ++i) {
+    std::string e = s.wire[i];
+    if (const std::size_t m = e.find("\"model\":\""); unique_events && m != std::string::npos)
+      e.insert(m + 9, "m" + std::to_string(i) + "-");
+    const std::string bytes = chunked(e);
+    for (auto& c : conns) out(c, true, bytes);
+  }
+  for (auto& c : conns) out(c, true, "0\r\n\r\n");
+  return rec;
+}
+
+infertap::protocol::DeclaredFormats acme_formats() {
+  std::string error;
+  const auto config = infertap::daemon::parse_config(infertap::testing::kAcmeFormatYaml, &error);
+  return config ? config->pipeline.formats : infertap::protocol::DeclaredFormats{};
+}
+
+void run_native(benchmark::State& state, bool unique_events) {
+  const auto format = static_cast<infertap::testing::Format>(state.range(0));
+  const Recording rec = make_native_recording(format, 200, 200, unique_events);
+  infertap::core::PipelineConfig config;
+  config.formats = acme_formats();
+  if (config.formats.empty()) state.SkipWithError("kAcmeFormatYaml does not parse");
+  std::uint64_t records_out = 0;
+  for (auto _ : state) {
+    infertap::core::Pipeline pipeline(config, [&](infertap::core::StreamRecord&&) { ++records_out; });
+    for (const auto& r : rec.records) pipeline.on_record(r);
+    benchmark::DoNotOptimize(pipeline.counters().sse_events);
+  }
+  state.SetLabel(infertap::testing::recorded_stream(format, 1).name);
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rec.events));
+  state.counters["streams_out"] = static_cast<double>(records_out) / static_cast<double>(state.iterations());
+}
+
+void BM_PipelineNativeStreams(benchmark::State& state) { run_native(state, false); }
+void BM_PipelineNativeStreamsNoMemo(benchmark::State& state) { run_native(state, true); }
+
+void native_formats(benchmark::internal::Benchmark* b) {
+  for (infertap::testing::Format f : infertap::testing::kAllFormats) b->Arg(static_cast<int>(f));
+}
+void built_in_and_declared(benchmark::internal::Benchmark* b) {
+  b->Arg(static_cast<int>(infertap::testing::Format::ollama_chat));
+  b->Arg(static_cast<int>(infertap::testing::Format::declared_acme));
+}
+
+BENCHMARK(BM_PipelineNativeStreams)->Apply(native_formats)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PipelineNativeStreamsNoMemo)->Apply(built_in_and_declared)->Unit(benchmark::kMillisecond);
 
 void BM_PipelineServerStreams(benchmark::State& state) { run(state, false); }
 void BM_PipelineClientStreams(benchmark::State& state) { run(state, true); }

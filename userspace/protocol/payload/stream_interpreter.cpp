@@ -33,6 +33,9 @@ constexpr std::array<HoleKey, 3> kTgiHoles = {{{"\"index\":", true}, {"\"id\":",
 constexpr std::array<std::string_view, 1> kLlamaText = {"\"content\":"};
 constexpr std::array<HoleKey, 2> kLlamaHoles = {{{"\"index\":", true}, {"\"tokens_predicted\":", true}}};
 constexpr std::array<std::string_view, 1> kTritonText = {"\"text_output\":"};
+// Responses API deltas number every event of the stream.
+constexpr std::array<std::string_view, 1> kResponsesText = {"\"delta\":"};
+constexpr std::array<HoleKey, 1> kResponsesHoles = {{{"\"sequence_number\":", true}}};
 
 struct Shape {
   std::span<const std::string_view> text;
@@ -47,6 +50,7 @@ Shape shape_of(Dialect d) {
     case Dialect::tgi: return {kTgiText, kTgiHoles};
     case Dialect::llamacpp: return {kLlamaText, kLlamaHoles};
     case Dialect::triton: return {kTritonText, {}};
+    case Dialect::openai_responses: return {kResponsesText, kResponsesHoles};
     default: return {kOpenAiText, {}};
   }
 }
