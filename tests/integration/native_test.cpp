@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/gateways.h"
 #include "support/live_test.h"
 #include "support/netns.h"
 #include "support/native_streams.h"
@@ -293,6 +294,57 @@ TEST_F(NativeClients, TheOllamaNpmClientIsTimed) {
         t->second.path == "/api/chat" ? Format::ollama_chat : Format::ollama_generate, kTokens);
     expect_server_record(r, s, t->second);
   }
+}
+
+// Downstream unchanged: an Ollama NDJSON stream through nginx is read on both
+// of its legs, joined by the lines' content as SSE events are, and the
+// buffering of nginx's defaults is named the cause of the client's wait.
+TEST_F(NativeClients, AnNdjsonStreamThroughAGatewayIsJoinedByContent) {
+  SampleServer server(path("server"), {"--ttft-ms", "30", "--itl-ms", "8"});
+  ASSERT_TRUE(server.ok()) << server.error();
+  testing::Nginx streaming(testing::NginxMode::streaming, server.port(), path("nginx"));
+  ASSERT_TRUE(streaming.ok()) << streaming.error();
+  testing::Nginx buffering(testing::NginxMode::defaults, server.port(), path("nginx-defaults"));
+  ASSERT_TRUE(buffering.ok()) << buffering.error();
+  start_agent_with({"--socket", "", "--metrics-listen", ""});
+  const RecordedStream s = testing::recorded_stream(Format::ollama_chat, 40);
+  for (const testing::Nginx* n : {&streaming, &buffering}) {
+    ASSERT_EQ(testing::run_shell("curl -sS -N -o /dev/null -X POST http://127.0.0.1:" + std::to_string(n->port()) +
+                                 s.path + " -d '" + s.request_body + "'"),
+              0);
+  }
+  std::this_thread::sleep_for(1500ms);
+  const std::vector<json> records = stop_agent_records();
+  int downstream = 0, curls = 0;
+  for (const json& r : records) {
+    if (r.value("comm", "") == "curl") {
+      ++curls;
+      EXPECT_EQ(r["dialect"], "ollama") << brief(r);
+      EXPECT_EQ(r["content_events"], 40) << brief(r);
+    }
+    if (r.value("comm", "") != "nginx" || !r["gateway"].is_object()) continue;
+    EXPECT_EQ(r["dialect"], "ollama") << brief(r);
+    EXPECT_EQ(r["event_framing"], "ndjson") << brief(r);
+    EXPECT_EQ(r["content_events"], 40) << brief(r);
+    if (r["gateway"]["leg"] != "downstream") continue;
+    ++downstream;
+    EXPECT_EQ(r["gateway"]["events_matched"], r["events"]) << "joined to the upstream leg by content\n" << r["gateway"].dump();
+  }
+  EXPECT_EQ(curls, 2);
+  EXPECT_EQ(downstream, 2);
+  int buffered = 0, clean = 0;
+  for (const json& r : records) {
+    if (r.value("comm", "") != "sample-server" || !r["delivery"].is_object()) continue;
+    EXPECT_EQ(r["dialect"], "ollama") << brief(r);
+    if (r["delivery"]["degraded_by_path"].get<bool>()) {
+      ++buffered;
+      EXPECT_EQ(r["delivery"]["ttft_cause"], "gateway_buffering") << r["delivery"].dump();
+    } else {
+      ++clean;
+    }
+  }
+  EXPECT_EQ(buffered, 1) << "nginx's default buffering holds the lines";
+  EXPECT_EQ(clean, 1) << "proxy_buffering off streams them";
 }
 
 // Gemini's streamGenerateContent without alt=sse streams one JSON array
