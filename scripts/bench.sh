@@ -51,7 +51,8 @@ send_case() {
 if want 1; then
 echo "== 1. userspace pipeline throughput (events/s, one core)"
 build/bench_pipeline --benchmark_min_time=0.5 --benchmark_repetitions=5 --benchmark_report_aggregates_only=true 2>/dev/null |
-  awk '/_median/ {for (i=1;i<=NF;i++) if ($i ~ /items_per_second/) print "   ", $1, $i}'
+  awk '/_median/ {ips = ""; for (i=1;i<=NF;i++) if ($i ~ /items_per_second/) ips = $i
+                  print "   ", $1, ips, ($NF ~ /=/ ? "" : $NF)}'  # the label: a native format's name
 
 fi
 if want 2; then
