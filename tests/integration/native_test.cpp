@@ -192,9 +192,12 @@ TEST_P(NativeStreams, EachFormatIsReadAndTimedFromBothEnds) {
     for (const auto& [key, t] : truth)
       if (t.path == s.path) port = key.first;
     ASSERT_GE(port, 0) << "the server logged no request for " << s.path;
+    // A client port is unique only per server port: a later curl may reuse it towards the other server.
+    const int server_port = s.dialect == "vllm" ? vllm.port() : server.port();
     for (const json& r : records) {
-      if (r["role"] == "server" && port_of(r["remote"]) == port) servers.push_back(&r);
-      if (r["role"] == "client" && r["comm"] == "curl" && port_of(r["local"]) == port) clients.push_back(&r);
+      const int local = port_of(r["local"]), remote = port_of(r["remote"]);
+      if (r["role"] == "server" && local == server_port && remote == port) servers.push_back(&r);
+      if (r["role"] == "client" && r["comm"] == "curl" && local == port && remote == server_port) clients.push_back(&r);
     }
     ASSERT_EQ(servers.size(), 1u) << testing::read_file(path("agent.log"));
     ASSERT_EQ(clients.size(), 1u);
@@ -306,8 +309,15 @@ TEST_F(NativeClients, AnNdjsonStreamThroughAGatewayIsJoinedByContent) {
   ASSERT_TRUE(streaming.ok()) << streaming.error();
   testing::Nginx buffering(testing::NginxMode::defaults, server.port(), path("nginx-defaults"));
   ASSERT_TRUE(buffering.ok()) << buffering.error();
-  start_agent_with({"--socket", "", "--metrics-listen", ""});
+  start_agent_with({"--socket", "", "--metrics-listen", "", "--port", std::to_string(server.port()), "--port",
+                    std::to_string(streaming.port()), "--port", std::to_string(buffering.port())});
   const RecordedStream s = testing::recorded_stream(Format::ollama_chat, 40);
+  // This test's processes alone (another run's sample-server may share the host).
+  const auto ours = [&](const json& r) {
+    for (int p : {port_of(r["local"]), port_of(r["remote"])})
+      if (p == server.port() || p == streaming.port() || p == buffering.port()) return true;
+    return false;
+  };
   for (const testing::Nginx* n : {&streaming, &buffering}) {
     ASSERT_EQ(testing::run_shell("curl -sS -N -o /dev/null -X POST http://127.0.0.1:" + std::to_string(n->port()) +
                                  s.path + " -d '" + s.request_body + "'"),
@@ -317,6 +327,7 @@ TEST_F(NativeClients, AnNdjsonStreamThroughAGatewayIsJoinedByContent) {
   const std::vector<json> records = stop_agent_records();
   int downstream = 0, curls = 0;
   for (const json& r : records) {
+    if (!ours(r)) continue;
     if (r.value("comm", "") == "curl") {
       ++curls;
       EXPECT_EQ(r["dialect"], "ollama") << brief(r);
@@ -334,7 +345,7 @@ TEST_F(NativeClients, AnNdjsonStreamThroughAGatewayIsJoinedByContent) {
   EXPECT_EQ(downstream, 2);
   int buffered = 0, clean = 0;
   for (const json& r : records) {
-    if (r.value("comm", "") != "sample-server" || !r["delivery"].is_object()) continue;
+    if (!ours(r) || r.value("comm", "") != "sample-server" || !r["delivery"].is_object()) continue;
     EXPECT_EQ(r["dialect"], "ollama") << brief(r);
     if (r["delivery"]["degraded_by_path"].get<bool>()) {
       ++buffered;
