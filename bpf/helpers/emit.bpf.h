@@ -91,6 +91,8 @@ static __always_inline __u8 classify_new_socket(struct itap_scratch *rec, const 
 	__builtin_memcpy(&v, rec->data + ITAP_HDR_SIZE, sizeof(v));
 	__builtin_memcpy(&v2, rec->data + ITAP_HDR_SIZE + 8, sizeof(v2));
 	c.verdict = classify_first_bytes(v, v2, n, tls_enabled);
+	/* TLS from its handshake (content type 22): first_seen_ns is when it began */
+	c.tls_handshake = c.verdict == ITAP_VERDICT_TLS && (__u8)v == 22;
 	c.first_seen_ns = ts;
 	if (c.verdict == ITAP_VERDICT_FOLLOW || c.verdict == ITAP_VERDICT_TLS) {
 		hint = follow_hint(skey);
@@ -231,6 +233,11 @@ static __always_inline int emit_io(const struct itap_args *a, long ret, __u64 ts
 	/* classification needs bytes: unclassified sockets emit data only */
 	if (!verdict && ret <= 0)
 		return 0;
+	if (verdict == ITAP_VERDICT_TLS && ret > 0) {
+		/* ciphertext is never copied: the library's plaintext events are the data */
+		tls_socket_io(a, ret, ts, id, conn);
+		return 0;
+	}
 	rec = scratch_record();
 	if (!rec)
 		return 0;
@@ -248,11 +255,13 @@ static __always_inline int emit_io(const struct itap_args *a, long ret, __u64 ts
 				flags |= ITAP_F_NEW_SOCKET;
 		}
 	}
-	if (verdict == ITAP_VERDICT_TLS) {
-		tls_socket_io(a, ret, ts, id, conn);
+	if (verdict == ITAP_VERDICT_TLS && ret > 0) {
+		tls_socket_io(a, ret, ts, id, conn);  /* the first record of a TLS socket, just classified */
 		return 0;
 	}
-	if (verdict != ITAP_VERDICT_FOLLOW)
+	if (verdict == ITAP_VERDICT_TLS)
+		flags |= ITAP_F_TLS; /* its EOF or a refused send: told as on a plaintext socket */
+	else if (verdict != ITAP_VERDICT_FOLLOW)
 		return 0;
 	emit_data_event(rec, a, &cp, ret, ts, id, flags, conn);
 	return 0;

@@ -49,7 +49,7 @@ static __always_inline void emit_tls_bind(__u64 ssl, __u64 skey, struct sock *sk
 	if (conn && !conn->tls_reported) {
 		conn->tls_reported = 1;
 		e->flags = ITAP_F_NEW_SOCKET;
-		e->tls_start_ns = conn->first_seen_ns;
+		e->tls_start_ns = conn->tls_handshake ? conn->first_seen_ns : 0;
 		e->cgroup_id = bpf_get_current_cgroup_id();
 		e->srtt_us = itap_srtt_us(sk);
 		bpf_get_current_comm(e->comm, sizeof(e->comm));

@@ -129,7 +129,7 @@ static __always_inline void fill_tls_header(struct itap_event *e, const struct i
 	if (!conn->tls_reported) {
 		conn->tls_reported = 1;
 		e->flags |= ITAP_F_NEW_SOCKET;
-		e->tls_start_ns = conn->first_seen_ns;
+		e->tls_start_ns = conn->tls_handshake ? conn->first_seen_ns : 0;
 		fill_connection_constants(e, (struct sock *)sk);
 	}
 	if (!send && conn->arr_ns && conn->arr_taken_seq != conn->arr_seq) {

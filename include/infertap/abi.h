@@ -51,7 +51,8 @@ enum itap_event_kind {
 	 * it). Data events of that TLS connection sent before carry sock_id 0.
 	 */
 	ITAP_EV_TLS_BIND = 4,
-	ITAP_EV_EXEC = 5, /* an eligible process called exec: its TLS libraries may be new (pid only) */
+	ITAP_EV_EXEC = 5,   /* an eligible process called exec: its TLS libraries may be new (pid only) */
+	ITAP_EV_DLOPEN = 6, /* a dlopen returned in an eligible process: a TLS library may be mapped now (pid only) */
 };
 
 /* What an ITAP_EV_PATH event reports. */
@@ -215,7 +216,7 @@ struct itap_event {
 	__u32 reserved2;
 	/* ITAP_F_TLS data events and ITAP_EV_TLS_BIND only (0 otherwise) */
 	__u64 tls_ssl;      /* the library's connection object (SSL*): identity until the socket is known */
-	__u64 tls_start_ns; /* the socket's first TLS record (the handshake's start), on a socket's first event */
+	__u64 tls_start_ns; /* the socket's first TLS handshake record, on a socket's first event (0: joined later) */
 	__u32 tls_seq;      /* TCP sequence after the ciphertext call that carried these bytes; 0: not seen */
 	__u16 tls_lib;      /* which attached TLS library or binary made the call (capture's table) */
 	__u16 reserved3;
@@ -266,8 +267,8 @@ struct itap_conn {
 	__u32 rcv_seen;   /* last rcv_nxt reported */
 	__u8 sent;        /* snd_end/ack_seen are valid */
 	__u8 zero_window; /* the peer's window was 0 at the last ACK */
-	__u8 tls_reported; /* TLS socket: its first plaintext event went out (the next ones are not new) */
-	__u8 pad2;
+	__u8 tls_reported;  /* TLS socket: its first plaintext event went out (the next ones are not new) */
+	__u8 tls_handshake; /* TLS socket seen from its handshake: first_seen_ns is the handshake's start */
 	/* the newest arrival, for the next read to carry (itap_event.arrived_ns) */
 	__u32 arr_seq;       /* rcv_nxt at that arrival */
 	__u32 arr_taken_seq; /* arr_seq of the last arrival a read carried */

@@ -62,30 +62,3 @@ int BPF_KPROBE(itap_ssl_free, void *ssl)
 	bpf_map_delete_elem(&itap_tls_conns, &key);
 	return 0;
 }
-
-/*
- * An eligible process called exec: it may map a TLS library or be a binary
- * that carries one, not attached yet; userspace looks (raw tracepoint: no
- * tracefs).
- */
-SEC("raw_tp/sched_process_exec")
-int itap_process_exec(struct bpf_raw_tracepoint_args *ctx)
-{
-	__u64 id = bpf_get_current_pid_tgid();
-	struct itap_event *e;
-
-	if (!task_eligible(id >> 32))
-		return 0;
-	e = bpf_ringbuf_reserve(&itap_rb, sizeof(*e), 0);
-	if (!e) {
-		drop_inc(ITAP_DROP_RINGBUF_FULL);
-		return 0;
-	}
-	__builtin_memset(e, 0, sizeof(*e));
-	e->ts_ns = bpf_ktime_get_ns();
-	e->pid = id >> 32;
-	e->tid = (__u32)id;
-	e->kind = ITAP_EV_EXEC;
-	bpf_ringbuf_submit(e, ring_wakeup_flags());
-	return 0;
-}

@@ -94,7 +94,7 @@ void StreamAssembler::fill_timeline_event(TimelineEvent& t, const protocol::Stre
   if (piece_) {
     t.syscall_ns = piece_->call_ns;
     t.more = piece_->more;
-    if (e.end_position) {
+    if (e.end_position && piece_->per_byte_seq) {
       t.end_seq = piece_->start_seq + static_cast<std::uint32_t>(*e.end_position - piece_->position);
       t.end_seq_exact = e.end_position_exact && !e.truncated;
     } else {
