@@ -60,7 +60,8 @@ BENCH_OBJS := $(patsubst %.cpp,$(OUT)/obj/%.o,$(BENCH_SRCS))
 # Fuzzers: clang + libFuzzer + ASan/UBSan, one binary per tests/fuzz/fuzz_*.cpp.
 FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.cpp)
 FUZZ_BINS  := $(patsubst tests/fuzz/%.cpp,$(OUT)/fuzz/%,$(FUZZ_SRCS))
-FUZZ_LIB_SRCS := $(filter userspace/base/% userspace/protocol/% userspace/core/%,$(LIB_SRCS)) userspace/capture/event.cpp
+FUZZ_LIB_SRCS := $(filter userspace/base/% userspace/protocol/% userspace/core/%,$(LIB_SRCS)) userspace/capture/event.cpp \
+                 userspace/capture/proc_maps.cpp
 FUZZ_FLAGS := -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
               -Iinclude -Iuserspace -I$(OUT)
 

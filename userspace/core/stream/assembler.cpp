@@ -27,9 +27,12 @@ void StreamAssembler::on_acked(std::uint32_t ack_seq, TimestampNs ts) {
   if (!active_ || role_ != Role::server) return;
   auto& timeline = active_->record.timeline;
   std::size_t& cursor = active_->ack_cursor;
-  while (cursor < timeline.size() && timeline[cursor].end_seq && seq_leq(timeline[cursor].end_seq, ack_seq)) {
-    if (!timeline[cursor].acked_ns) timeline[cursor].acked_ns = ts;
-    ++cursor;
+  // An event without a sequence (a TLS write whose ciphertext was not seen)
+  // is never acknowledged, and does not hold back the ones after it.
+  for (; cursor < timeline.size(); ++cursor) {
+    TimelineEvent& e = timeline[cursor];
+    if (e.end_seq && !seq_leq(e.end_seq, ack_seq)) break;
+    if (e.end_seq && !e.acked_ns) e.acked_ns = ts;
   }
 }
 
