@@ -61,7 +61,7 @@ BENCH_OBJS := $(patsubst %.cpp,$(OUT)/obj/%.o,$(BENCH_SRCS))
 FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.cpp)
 FUZZ_BINS  := $(patsubst tests/fuzz/%.cpp,$(OUT)/fuzz/%,$(FUZZ_SRCS))
 FUZZ_LIB_SRCS := $(filter userspace/base/% userspace/protocol/% userspace/core/%,$(LIB_SRCS)) userspace/capture/event.cpp \
-                 userspace/capture/proc_maps.cpp
+                 userspace/capture/proc_maps.cpp userspace/capture/elf_symbols.cpp
 FUZZ_FLAGS := -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
               -Iinclude -Iuserspace -I$(OUT)
 
@@ -132,7 +132,7 @@ $(OUT)/bench_pipeline: $(BENCH_OBJS) $(LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lbenchmark $(LDLIBS)
 
 $(OUT)/fuzz/%: tests/fuzz/%.cpp $(FUZZ_LIB_SRCS) $(SKELS) | $(OUT)/fuzz
-	$(CLANG)++ $(FUZZ_FLAGS) $< $(FUZZ_LIB_SRCS) -o $@ -lsimdjson -lz -lbrotlidec -lzstd
+	$(CLANG)++ $(FUZZ_FLAGS) $< $(FUZZ_LIB_SRCS) -o $@ -lsimdjson -lz -lbrotlidec -lzstd -lelf
 
 fuzz: $(FUZZ_BINS)
 
