@@ -233,6 +233,7 @@ class Agent {
       if (store_.live_asked()) store_.set_live(live_streams(*pipeline_));  // `streams --live` waits for it
       const std::uint64_t now = base::monotonic_ns();
       if (now - last_tick > 1'000'000'000ull) {
+        log_new_notes();
         reconcile_after_loss(now);
         pipeline_->expire(now);
         degradation_.tick(now);
@@ -308,14 +309,22 @@ class Agent {
       log(error);
       return 1;
     }
-    std::vector<std::string> notes;
-    for (const auto& note : capture_->notes()) {
-      log(note.what + " (" + note.why + ")");
-      notes.push_back(note.what + " (" + note.why + ")");
-    }
-    std::lock_guard<std::mutex> lock(status_mu_);
-    status_ = {{"attach", notes}, {"node", render_.host}};
+    log_new_notes();
     return 0;
+  }
+
+  // Load decisions, then the TLS libraries probed as processes start: each
+  // is logged once and listed in the status under "attach".
+  void log_new_notes() {
+    const auto& notes = capture_->notes();
+    if (notes.size() == notes_logged_) return;
+    std::lock_guard<std::mutex> lock(status_mu_);
+    if (!status_.contains("attach")) status_ = {{"attach", json::array()}, {"node", render_.host}};
+    for (; notes_logged_ < notes.size(); ++notes_logged_) {
+      const std::string line = notes[notes_logged_].what + " (" + notes[notes_logged_].why + ")";
+      log(line);
+      if (status_["attach"].size() < kMaxStatusNotes) status_["attach"].push_back(line);
+    }
   }
 
   int start_metrics() {
@@ -355,6 +364,7 @@ class Agent {
         config_.pipeline, [this](core::StreamRecord&& record) { on_record(std::move(record)); },
         [cap](std::uint64_t sock_id) { cap->mute(sock_id); }, read_cgroup_path, read_comm);
     pipeline_->set_forget([cap](std::uint64_t sock_id) { cap->forget(sock_id); });
+    pipeline_->set_tls_library_names([cap](std::uint16_t id) { return std::string(cap->tls_library(id)); });
     // Per new connection: process name targeting (the kernel filters pids,
     // ports and cgroups itself) and the container / pod the process runs in.
     pipeline_->set_admit([this, patterns = config_.targeting.process_name_patterns](core::ConnIdentity& id) {
@@ -457,6 +467,8 @@ class Agent {
   // What `infertap status` shows: refreshed by this thread, read by API threads.
   std::mutex status_mu_;
   json status_;
+  std::size_t notes_logged_ = 0;
+  static constexpr std::size_t kMaxStatusNotes = 200;
   std::unique_ptr<daemon::ApiServer> api_;
   std::unique_ptr<core::Pipeline> pipeline_;
   daemon::WorkloadResolver workloads_;

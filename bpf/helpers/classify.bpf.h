@@ -88,17 +88,31 @@ static __always_inline bool is_chunk_size_line(__u64 v, __u64 v2, __u32 n, __u32
 }
 
 /*
+ * A TLS record header: content type change_cipher_spec, alert, handshake or
+ * application data (20..23), then protocol version 3.x (SSL 3.0 to TLS 1.3).
+ */
+static __always_inline bool is_tls_record(__u64 v, __u32 n)
+{
+	__u8 type = (__u8)v;
+
+	return n >= 3 && type >= 20 && type <= 23 && (__u8)(v >> 8) == 3 && (__u8)(v >> 16) <= 4;
+}
+
+/*
  * FOLLOW when the first bytes of the first data seen on a socket look like
  * HTTP/1.x (request line, status line) or like an SSE/chunked stream joined
- * mid-way; MUTED otherwise; 0 (no verdict yet) without bytes. v, v2 hold the
- * first n (<= 16) bytes, little-endian.
+ * mid-way; TLS for TLS records when the TLS library probes run (`tls`);
+ * MUTED otherwise; 0 (no verdict yet) without bytes. v, v2 hold the first
+ * n (<= 16) bytes, little-endian.
  */
-static __always_inline __u8 classify_first_bytes(__u64 v, __u64 v2, __u32 n)
+static __always_inline __u8 classify_first_bytes(__u64 v, __u64 v2, __u32 n, bool tls)
 {
 	__u32 chunk_start = 0;
 
 	if (n == 0)
 		return 0;
+	if (tls && is_tls_record(v, n))
+		return ITAP_VERDICT_TLS;
 	if (starts_like_http_or_sse(v, v2, n, &chunk_start))
 		return ITAP_VERDICT_FOLLOW;
 	return is_chunk_size_line(v, v2, n, chunk_start) ? ITAP_VERDICT_FOLLOW : ITAP_VERDICT_MUTED;

@@ -13,6 +13,7 @@
 #include "helpers/sock.bpf.h"
 #include "helpers/copy.bpf.h"
 #include "helpers/classify.bpf.h"
+#include "helpers/tls.bpf.h"
 
 #ifndef EAGAIN
 #define EAGAIN 11
@@ -89,9 +90,11 @@ static __always_inline __u8 classify_new_socket(struct itap_scratch *rec, const 
 
 	__builtin_memcpy(&v, rec->data + ITAP_HDR_SIZE, sizeof(v));
 	__builtin_memcpy(&v2, rec->data + ITAP_HDR_SIZE + 8, sizeof(v2));
-	c.verdict = classify_first_bytes(v, v2, n);
+	c.verdict = classify_first_bytes(v, v2, n, tls_enabled);
+	/* TLS from its handshake (content type 22): first_seen_ns is when it began */
+	c.tls_handshake = c.verdict == ITAP_VERDICT_TLS && (__u8)v == 22;
 	c.first_seen_ns = ts;
-	if (c.verdict == ITAP_VERDICT_FOLLOW) {
+	if (c.verdict == ITAP_VERDICT_FOLLOW || c.verdict == ITAP_VERDICT_TLS) {
 		hint = follow_hint(skey);
 		if (hint) {
 			__sync_fetch_and_add(hint, 1);
@@ -108,7 +111,7 @@ static __always_inline __u8 classify_new_socket(struct itap_scratch *rec, const 
 	if (err)
 		drop_inc(ITAP_DROP_CONN_MAP_FULL);
 	*created = true;
-	stat_inc(c.verdict == ITAP_VERDICT_FOLLOW ? ITAP_STAT_NEW_FOLLOWED : ITAP_STAT_NEW_MUTED);
+	stat_inc(c.verdict == ITAP_VERDICT_MUTED ? ITAP_STAT_NEW_MUTED : ITAP_STAT_NEW_FOLLOWED);
 	return c.verdict;
 }
 
@@ -230,6 +233,11 @@ static __always_inline int emit_io(const struct itap_args *a, long ret, __u64 ts
 	/* classification needs bytes: unclassified sockets emit data only */
 	if (!verdict && ret <= 0)
 		return 0;
+	if (verdict == ITAP_VERDICT_TLS && ret > 0) {
+		/* ciphertext is never copied: the library's plaintext events are the data */
+		tls_socket_io(a, ret, ts, id, conn);
+		return 0;
+	}
 	rec = scratch_record();
 	if (!rec)
 		return 0;
@@ -247,7 +255,13 @@ static __always_inline int emit_io(const struct itap_args *a, long ret, __u64 ts
 				flags |= ITAP_F_NEW_SOCKET;
 		}
 	}
-	if (verdict != ITAP_VERDICT_FOLLOW)
+	if (verdict == ITAP_VERDICT_TLS && ret > 0) {
+		tls_socket_io(a, ret, ts, id, conn);  /* the first record of a TLS socket, just classified */
+		return 0;
+	}
+	if (verdict == ITAP_VERDICT_TLS)
+		flags |= ITAP_F_TLS; /* its EOF or a refused send: told as on a plaintext socket */
+	else if (verdict != ITAP_VERDICT_FOLLOW)
 		return 0;
 	emit_data_event(rec, a, &cp, ret, ts, id, flags, conn);
 	return 0;

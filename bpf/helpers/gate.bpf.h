@@ -106,7 +106,7 @@ static __always_inline struct itap_conn *followed_conn(__u64 skey)
 	if (!maybe_followed(skey))
 		return NULL;
 	conn = bpf_map_lookup_elem(&itap_conns, &skey);
-	if (!conn || conn->verdict != ITAP_VERDICT_FOLLOW)
+	if (!conn || (conn->verdict != ITAP_VERDICT_FOLLOW && conn->verdict != ITAP_VERDICT_TLS))
 		return NULL;
 	return conn;
 }

@@ -26,6 +26,8 @@ __weak const volatile __u32 tail_bytes = ITAP_TAIL_DEFAULT;
 __weak const volatile __u64 wakeup_bytes = 256 * 1024;
 /* tcp_destroy_sock is attached: a socket closed with unread bytes keeps its entry until then */
 __weak const volatile bool destroy_signal = false;
+/* TLS library probes are attached: sockets carrying TLS records get ITAP_VERDICT_TLS, not muted */
+__weak const volatile bool tls_enabled = false;
 
 /* Arguments of a send/recv in flight, keyed by pid_tgid (syscall sets). */
 struct itap_args {
@@ -40,6 +42,45 @@ struct itap_args {
 	__u8 direction;  /* enum itap_direction */
 	__u8 more;       /* socket set: the send carried MSG_MORE */
 	__u8 pad[4];
+};
+
+/*
+ * A TLS library call in progress (uprobe entry to return), by thread. A
+ * send/recv the library makes on its socket inside the call fills sk and the
+ * cipher_* fields (the ciphertext's time and TCP sequence).
+ */
+struct itap_tls_call {
+	__u64 ssl;       /* SSL* */
+	__u64 buf;       /* plaintext buffer */
+	__u64 num;       /* bytes asked */
+	__u64 out_len;   /* _ex forms: the size_t* the library writes the count to; 0 otherwise */
+	__u64 enter_ns;
+	__u64 sk;        /* socket of a nested send/recv (0: none yet) */
+	__u64 cipher_ts; /* when the last nested send/recv returned */
+	__u32 cipher_seq; /* TCP sequence after it */
+	__u16 lib;       /* the attachment's cookie: which library or binary */
+	__u8 direction;  /* enum itap_direction */
+	__u8 pad;
+};
+
+/* A TLS connection object (SSL*): its socket once known, its plaintext counts, its verdict. */
+struct itap_tls_conn {
+	__u64 sk;
+	__u32 plain_out; /* plaintext bytes written: the stream position after the last SSL_write */
+	__u32 plain_in;  /* plaintext bytes read */
+	__u8 verdict;    /* of its plaintext: 0 until classified, then FOLLOW or MUTED */
+	__u8 pad[7];
+};
+
+/*
+ * Per thread, what finds the socket of a library that does its own socket
+ * I/O later (memory BIO): the TLS connection it last wrote without a socket,
+ * and the TLS socket it last received on.
+ */
+struct itap_tls_thread {
+	__u64 unbound_ssl; /* 0: none */
+	__u64 recv_sk;
+	__u64 recv_ns;
 };
 
 /*
@@ -88,6 +129,27 @@ struct {
 	__type(key, __u64);
 	__type(value, struct itap_args);
 } itap_args __weak SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* pid_tgid */
+	__type(value, struct itap_tls_call);
+} itap_tls_calls __weak SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64); /* SSL* */
+	__type(value, struct itap_tls_conn);
+} itap_tls_conns __weak SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* pid_tgid */
+	__type(value, struct itap_tls_thread);
+} itap_tls_threads __weak SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

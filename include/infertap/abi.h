@@ -41,9 +41,18 @@
 #define ITAP_IOV_MAX 8
 
 enum itap_event_kind {
-	ITAP_EV_DATA = 1,  /* one send or receive syscall on a followed TCP socket */
+	ITAP_EV_DATA = 1,  /* one send or receive on a followed socket (plaintext syscall or TLS library call) */
 	ITAP_EV_STATE = 2, /* TCP state change of a followed socket */
 	ITAP_EV_PATH = 3,  /* delivery signal of a followed socket (struct itap_path_event) */
+	/*
+	 * A TLS connection whose library writes its ciphertext later, from an
+	 * event loop (a memory BIO, as Node.js does): the socket it went out on,
+	 * found at that send (sock_id, tls_ssl, ts_ns of the send, tls_seq after
+	 * it). Data events of that TLS connection sent before carry sock_id 0.
+	 */
+	ITAP_EV_TLS_BIND = 4,
+	ITAP_EV_EXEC = 5,   /* an eligible process called exec: its TLS libraries may be new (pid only) */
+	ITAP_EV_DLOPEN = 6, /* a dlopen returned in an eligible process: a TLS library may be mapped now (pid only) */
 };
 
 /* What an ITAP_EV_PATH event reports. */
@@ -79,6 +88,14 @@ enum itap_event_flags {
 	ITAP_F_NEW_SOCKET = 1 << 5, /* first event the kernel side saw on this socket */
 	ITAP_F_MORE = 1 << 6,       /* send with MSG_MORE: the kernel may hold the bytes for more */
 	ITAP_F_UNREAD = 1 << 7,     /* state TCP_CLOSE, received bytes still unread: the socket is read on */
+	/*
+	 * A TLS library call (SSL_write/SSL_read and their _ex forms): the bytes
+	 * are plaintext; seq_end counts the connection's plaintext bytes in that
+	 * direction, tls_seq is the TCP sequence of the ciphertext call (0 when
+	 * not seen), ts_ns the ciphertext send for writes (the emit vantage) and
+	 * the library's return for reads.
+	 */
+	ITAP_F_TLS = 1 << 8,
 };
 
 /*
@@ -99,6 +116,13 @@ enum itap_event_flags {
 enum itap_verdict {
 	ITAP_VERDICT_FOLLOW = 1, /* looked like HTTP or SSE: send events to userspace */
 	ITAP_VERDICT_MUTED = 2,  /* not HTTP, or userspace asked to stop: drop in kernel */
+	/*
+	 * TLS records (a handshake, or application data joined mid-way) while the
+	 * TLS library probes are attached: the ciphertext is never copied; the
+	 * socket's calls time the TLS library's plaintext events, and its
+	 * delivery signals flow as for a followed socket.
+	 */
+	ITAP_VERDICT_TLS = 3,
 };
 
 /*
@@ -132,13 +156,16 @@ enum itap_drop_reason {
 	X(EVENTS, events, "events the BPF programs submitted to the ring buffer") \
 	X(NEW_MUTED, sockets_muted, "sockets the classifier muted on their first data") \
 	X(NEW_FOLLOWED, sockets_followed, "sockets the classifier followed on their first data") \
-	X(CLOSED_SOCKET, closed_sockets, "calls on a socket already closed (a send racing the peer's reset): not classified")
+	X(CLOSED_SOCKET, closed_sockets, "calls on a socket already closed (a send racing the peer's reset): not classified") \
+	X(TLS_CALLS, tls_calls, "TLS library calls (SSL_write/SSL_read) of eligible processes that moved bytes") \
+	X(TLS_UNBOUND, tls_unbound, "TLS library calls whose socket was not known (written later from an event loop)") \
+	X(TLS_LIBS_MUTED, tls_muted, "TLS library calls on connections whose plaintext is not HTTP, stopped after one lookup")
 
 enum itap_stat {
 #define ITAP_STAT_ENUM(NAME, name, help) ITAP_STAT_##NAME,
 	ITAP_STAT_LIST(ITAP_STAT_ENUM)
 #undef ITAP_STAT_ENUM
-	ITAP_STAT_MAX = 8,
+	ITAP_STAT_MAX = 16,
 };
 
 /*
@@ -187,6 +214,12 @@ struct itap_event {
 	__u64 arrived_ns;
 	__u32 arrived_seq; /* rcv_nxt at that arrival */
 	__u32 reserved2;
+	/* ITAP_F_TLS data events and ITAP_EV_TLS_BIND only (0 otherwise) */
+	__u64 tls_ssl;      /* the library's connection object (SSL*): identity until the socket is known */
+	__u64 tls_start_ns; /* the socket's first TLS handshake record, on a socket's first event (0: joined later) */
+	__u32 tls_seq;      /* TCP sequence after the ciphertext call that carried these bytes; 0: not seen */
+	__u16 tls_lib;      /* which attached TLS library or binary made the call (capture's table) */
+	__u16 reserved3;
 };
 
 /*
@@ -234,7 +267,8 @@ struct itap_conn {
 	__u32 rcv_seen;   /* last rcv_nxt reported */
 	__u8 sent;        /* snd_end/ack_seen are valid */
 	__u8 zero_window; /* the peer's window was 0 at the last ACK */
-	__u8 pad2[2];
+	__u8 tls_reported;  /* TLS socket: its first plaintext event went out (the next ones are not new) */
+	__u8 tls_handshake; /* TLS socket seen from its handshake: first_seen_ns is the handshake's start */
 	/* the newest arrival, for the next read to carry (itap_event.arrived_ns) */
 	__u32 arr_seq;       /* rcv_nxt at that arrival */
 	__u32 arr_taken_seq; /* arr_seq of the last arrival a read carried */
@@ -253,7 +287,7 @@ struct itap_conn {
 #define ITAP_ABI_OFFSET(type, field, off) \
 	ITAP_ABI_ASSERT(__builtin_offsetof(struct type, field) == (off), #type "." #field " moved: update BPF and userspace together")
 
-ITAP_ABI_ASSERT(sizeof(struct itap_event) == 152, "itap_event layout changed: update BPF and userspace together");
+ITAP_ABI_ASSERT(sizeof(struct itap_event) == 176, "itap_event layout changed: update BPF and userspace together");
 ITAP_ABI_ASSERT(sizeof(struct itap_event) % 8 == 0, "ring buffer records must keep 8-byte alignment of payload");
 ITAP_ABI_OFFSET(itap_event, ts_ns, 0);
 ITAP_ABI_OFFSET(itap_event, sock_id, 16);
@@ -269,6 +303,10 @@ ITAP_ABI_OFFSET(itap_event, srtt_us, 112);
 ITAP_ABI_OFFSET(itap_event, comm, 120);
 ITAP_ABI_OFFSET(itap_event, arrived_ns, 136);
 ITAP_ABI_OFFSET(itap_event, arrived_seq, 144);
+ITAP_ABI_OFFSET(itap_event, tls_ssl, 152);
+ITAP_ABI_OFFSET(itap_event, tls_start_ns, 160);
+ITAP_ABI_OFFSET(itap_event, tls_seq, 168);
+ITAP_ABI_OFFSET(itap_event, tls_lib, 172);
 ITAP_ABI_ASSERT(sizeof(struct itap_conn) == 88, "itap_conn layout changed: update BPF and userspace together");
 ITAP_ABI_OFFSET(itap_conn, arr_ns, 80);
 ITAP_ABI_ASSERT(sizeof(struct itap_path_event) == 72, "itap_path_event layout changed: update BPF and userspace together");

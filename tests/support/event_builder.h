@@ -41,6 +41,34 @@ class ConnBuilder {
   // Skip bytes in a direction as if their events were dropped before userspace.
   void lose(std::uint8_t direction, std::uint32_t n) { (direction == ITAP_DIR_SEND ? send_seq_ : recv_seq_) += n; }
 
+  // A TLS connection: events are the plaintext of a TLS library's calls on
+  // connection object `ssl` (sequences count plaintext from 0; tls_seq is
+  // TCP's after each call's ciphertext, TLS records adding kTlsOverhead), its
+  // handshake began at `handshake_ns` (0: not seen).
+  static constexpr std::uint32_t kTlsOverhead = 22;
+  void as_tls(std::uint64_t ssl, std::uint16_t library, std::uint64_t handshake_ns) {
+    tls_ssl_ = ssl;
+    tls_lib_ = library;
+    tls_start_ns_ = handshake_ns;
+    tcp_send_seq_ = send_seq_;
+    tcp_recv_seq_ = recv_seq_;
+    send_seq_ = recv_seq_ = 0;
+  }
+  // The TCP sequence after the ciphertext of the last send (what an ACK of it carries).
+  std::uint32_t tls_send_seq() const { return tcp_send_seq_; }
+  // Writes encrypted into memory: the socket is not known until bind().
+  void unbound(bool on) { unbound_ = on; }
+  // ITAP_EV_TLS_BIND: the ciphertext of the writes so far went out at ts_ns.
+  std::vector<std::uint8_t> bind(std::uint64_t ts_ns) {
+    auto rec = header(ITAP_EV_TLS_BIND, ITAP_DIR_SEND, 0, ts_ns, 0);
+    auto* h = reinterpret_cast<itap_event*>(rec.data());
+    h->fd = -1;
+    h->tls_ssl = tls_ssl_;
+    h->tls_seq = tcp_send_seq_;
+    if (h->flags & ITAP_F_NEW_SOCKET) h->tls_start_ns = tls_start_ns_;
+    return rec;
+  }
+
   std::vector<std::uint8_t> eof(std::uint64_t ts_ns) {
     auto rec = header(ITAP_EV_DATA, ITAP_DIR_RECV, ITAP_SC_READ, ts_ns, 0);
     reinterpret_cast<itap_event*>(rec.data())->flags |= ITAP_F_EOF;
@@ -98,9 +126,33 @@ class ConnBuilder {
     h->head_len = static_cast<std::uint16_t>(head);
     h->tail_len = static_cast<std::uint16_t>(tail);
     if (head + tail < bytes.size()) h->flags |= ITAP_F_TRUNCATED;
+    if (tls_ssl_) tls_fields(*h, dir, bytes.size());
     rec.insert(rec.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(head));
     rec.insert(rec.end(), bytes.end() - static_cast<std::ptrdiff_t>(tail), bytes.end());
     return rec;
+  }
+
+  void tls_fields(itap_event& h, std::uint8_t dir, std::size_t bytes) {
+    std::uint32_t& tcp = dir == ITAP_DIR_SEND ? tcp_send_seq_ : tcp_recv_seq_;
+    tcp += static_cast<std::uint32_t>(bytes) + kTlsOverhead;
+    h.flags |= ITAP_F_TLS;
+    h.fd = -1;
+    h.tls_ssl = tls_ssl_;
+    h.tls_lib = tls_lib_;
+    h.tls_seq = tcp;
+    if (h.flags & ITAP_F_NEW_SOCKET) h.tls_start_ns = tls_start_ns_;
+    if (unbound_ && dir == ITAP_DIR_SEND) {
+      // No socket yet: no address either, and the socket's first event is the bind.
+      h.sock_id = 0;
+      h.tls_seq = 0;
+      h.family = h.local_port = h.remote_port = 0;
+      std::memset(h.local_addr, 0, sizeof h.local_addr);
+      std::memset(h.remote_addr, 0, sizeof h.remote_addr);
+      if (h.flags & ITAP_F_NEW_SOCKET) {
+        h.flags &= static_cast<std::uint16_t>(~ITAP_F_NEW_SOCKET);
+        first_ = true;
+      }
+    }
   }
 
   std::uint64_t sock_id_;
@@ -109,6 +161,10 @@ class ConnBuilder {
   std::uint32_t head_cap_ = ITAP_HEAD_DEFAULT, tail_cap_ = ITAP_TAIL_DEFAULT;
   std::uint32_t send_seq_ = 1000, recv_seq_ = 5000;
   bool first_ = true;
+  std::uint64_t tls_ssl_ = 0, tls_start_ns_ = 0;
+  std::uint16_t tls_lib_ = 0;
+  std::uint32_t tcp_send_seq_ = 0, tcp_recv_seq_ = 0;
+  bool unbound_ = false;
 };
 
 // An OpenAI chat.completion.chunk event as inference servers write it.

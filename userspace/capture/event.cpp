@@ -47,6 +47,14 @@ DecodeResult decode(std::span<const std::uint8_t> record) {
     return r;
   }
   const auto* h = reinterpret_cast<const itap_event*>(record.data());
+  if (h->kind == ITAP_EV_TLS_BIND) {
+    r.tls_bind = h;
+    return r;
+  }
+  if (h->kind == ITAP_EV_EXEC || h->kind == ITAP_EV_DLOPEN) {
+    r.code_signal = true;
+    return r;
+  }
   if (h->kind != ITAP_EV_DATA && h->kind != ITAP_EV_STATE) {
     r.error = DecodeError::bad_kind;
     return r;

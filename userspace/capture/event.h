@@ -25,6 +25,8 @@ struct IoEvent {
     return bytes() > captured ? bytes() - captured : 0;
   }
   std::string_view comm() const { return {header->comm, strnlen(header->comm, ITAP_COMM_LEN)}; }
+  // A TLS library call (plaintext; see ITAP_F_TLS), or a TLS socket's EOF or refused send.
+  bool tls() const { return (header->flags & ITAP_F_TLS) != 0; }
 };
 
 // A delivery signal of a followed socket: where its bytes are after the send,
@@ -67,11 +69,14 @@ std::string_view to_string(DecodeError e);
 struct DecodeResult {
   std::optional<IoEvent> event;     // ITAP_EV_DATA / ITAP_EV_STATE
   const itap_path_event* signal = nullptr;  // ITAP_EV_PATH (signal_of() reads it)
+  const itap_event* tls_bind = nullptr;     // ITAP_EV_TLS_BIND
+  bool code_signal = false;  // ITAP_EV_EXEC / ITAP_EV_DLOPEN: for the TLS library finder, nothing to decode
   DecodeError error{};
 };
 
 // Validates a raw record: size covers header and both captured spans, kind is
-// known (data/state events or delivery signals), head/tail lengths do not exceed what the syscall moved.
+// known (data/state events, delivery signals, TLS binds), head/tail lengths
+// do not exceed what the call moved.
 DecodeResult decode(std::span<const std::uint8_t> record);
 
 }  // namespace infertap::capture

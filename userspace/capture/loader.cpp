@@ -199,6 +199,7 @@ struct ProgramChoice {
   bool state_tracepoint = false;  // inet_sock_set_state as a tracepoint (else raw)
   bool destroy = false;           // tcp_destroy_sock: sockets closed with unread bytes are read to the end
   std::vector<const DeliveryProbe*> delivery;
+  bool tls = false;  // OpenSSL probes (attached per library file later) and the exec signal
 };
 
 // Why each attach set cannot be used ("" = it can).
@@ -255,9 +256,11 @@ struct Capture::Impl {
   const RecordHandler* handler = nullptr;
   std::uint64_t consumed = 0;
   int ncpus = 1;
+  std::unique_ptr<TlsLibraries> tls;  // when TLS is captured
 
   ~Impl() {
     if (rb) ring_buffer__free(rb);
+    tls.reset();
     destroy_links();
     if (skel) infertap_bpf__destroy(skel);
   }
@@ -281,6 +284,14 @@ struct Capture::Impl {
   static int on_record(void* ctx, void* data, size_t size) {
     auto* self = static_cast<Impl*>(ctx);
     self->consumed++;
+    if (self->tls && size >= sizeof(itap_event)) {  // signals for the TLS library finder, not for the pipeline
+      const auto* e = static_cast<const itap_event*>(data);
+      if (e->kind == ITAP_EV_EXEC || e->kind == ITAP_EV_DLOPEN) {
+        if (e->kind == ITAP_EV_EXEC) self->tls->on_exec(e->pid, base::monotonic_ns());
+        else self->tls->on_dlopen(e->pid, base::monotonic_ns());
+        return 0;
+      }
+    }
     if (self->handler && *self->handler)
       (*self->handler)(std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(data), size));
     return 0;
@@ -433,6 +444,24 @@ void choose_delivery_probes(const CaptureConfig& config, const btf* vmlinux, Pro
   if (!used.empty()) notes.push_back({"attach: raw tracepoints " + used, "delivery signals of followed sockets"});
 }
 
+// Uprobes need the kernel's uprobe PMU (CONFIG_UPROBE_EVENTS).
+void choose_tls(const CaptureConfig& config, ProgramChoice& choice, Notes& notes) {
+  if (!config.tls) {
+    notes.push_back({"TLS streams not seen (their sockets are muted)", "disabled by configuration"});
+    return;
+  }
+  if (!exists("/sys/bus/event_source/devices/uprobe/type")) {
+    notes.push_back({"TLS streams not seen (their sockets are muted)",
+                     "this kernel has no uprobes (CONFIG_UPROBE_EVENTS is off: no "
+                     "/sys/bus/event_source/devices/uprobe)"});
+    return;
+  }
+  choice.tls = true;
+  notes.push_back({"TLS: OpenSSL probes on each library file that defines SSL_write and SSL_read, once per file; "
+                   "raw tracepoint sched_process_exec and dlopen returns find new ones",
+                   "TLS sockets' plaintext is only visible in their library"});
+}
+
 std::string open_and_configure(const CaptureConfig& config, Capture::Impl& impl) {
   impl.skel = infertap_bpf__open();
   if (!impl.skel) return "opening the embedded BPF object failed: " + errstr(errno);
@@ -472,6 +501,11 @@ void select_programs(infertap_bpf* skel, const ProgramChoice& choice) {
   load(p.itap_raw_sock_state, !choice.state_tracepoint);
   load(p.itap_tcp_destroy, choice.destroy);
   skel->rodata->destroy_signal = choice.destroy;
+  for (bpf_program* tls : {p.itap_ssl_write_enter, p.itap_ssl_write_ex_enter, p.itap_ssl_read_enter,
+                           p.itap_ssl_read_ex_enter, p.itap_ssl_io_exit, p.itap_ssl_free, p.itap_dlopen_exit,
+                           p.itap_process_exec})
+    load(tls, choice.tls);
+  skel->rodata->tls_enabled = choice.tls;
   for (const DeliveryProbe* probe : choice.delivery) load(probe->program(skel), true);
 }
 
@@ -503,11 +537,21 @@ std::string attach_programs(Capture::Impl& impl) {
   bpf_program* prog;
   bpf_object__for_each_program(prog, impl.skel->obj) {
     if (!bpf_program__autoload(prog)) continue;
+    if (bpf_program__type(prog) == BPF_PROG_TYPE_KPROBE) continue;  // uprobes: per library file, later
     bpf_link* link = bpf_program__attach(prog);
     if (!link) return attach_error(prog, errno);
     impl.links.push_back(link);
   }
   return "";
+}
+
+void start_tls(Capture::Impl& impl) {
+  const auto& p = impl.skel->progs;
+  const TlsPrograms programs{p.itap_ssl_write_enter, p.itap_ssl_write_ex_enter, p.itap_ssl_read_enter,
+                             p.itap_ssl_read_ex_enter, p.itap_ssl_io_exit,       p.itap_ssl_free,
+                             p.itap_dlopen_exit};
+  impl.tls = std::make_unique<TlsLibraries>(programs, &impl.notes);
+  impl.tls->scan_everything(base::monotonic_ns());
 }
 
 }  // namespace
@@ -535,6 +579,7 @@ std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string*
   if (!(err = choose_attach_set(config, problems, choice, impl->notes)).empty()) return nullptr;
   choose_companions(vmlinux.get(), problems, choice, impl->notes);
   choose_delivery_probes(config, vmlinux.get(), choice, impl->notes);
+  choose_tls(config, choice, impl->notes);
 
   if (!(err = open_and_configure(config, *impl)).empty()) return nullptr;
   select_programs(impl->skel, choice);
@@ -545,6 +590,7 @@ std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string*
   if (!(err = fill_filters(config, impl->skel)).empty()) return nullptr;
   if (!(err = open_ring_buffer(*impl)).empty()) return nullptr;
   if (!(err = attach_programs(*impl)).empty()) return nullptr;
+  if (choice.tls) start_tls(*impl);
   return std::unique_ptr<Capture>(new Capture(std::move(impl)));
 }
 
@@ -561,6 +607,7 @@ int Capture::poll(int timeout_ms, const RecordHandler& handler) {
   // epoll wait may time out with records pending, so always drain.
   int m = ring_buffer__consume(impl_->rb);
   impl_->handler = nullptr;
+  if (impl_->tls) impl_->tls->tick(base::monotonic_ns());
   if (m < 0) return m == -EINTR ? total : m;
   return total + m;
 }
@@ -626,7 +673,12 @@ CaptureStats Capture::stats() const {
   ITAP_DROP_LIST(CAPTURE_READ_DROP)
 #undef CAPTURE_READ_DROP
   s.records_consumed = impl_->consumed;
+  if (impl_->tls) s.tls = impl_->tls->stats();
   return s;
+}
+
+std::string_view Capture::tls_library(std::uint16_t id) const {
+  return impl_->tls ? impl_->tls->library_name(id) : std::string_view();
 }
 
 const std::vector<LoadNote>& Capture::notes() const { return impl_->notes; }

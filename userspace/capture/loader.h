@@ -13,6 +13,7 @@
 
 #include "base/counter.h"
 #include "capture/abi_check.h"
+#include "capture/tls_libraries.h"
 
 namespace infertap::capture {
 
@@ -55,6 +56,10 @@ struct CaptureConfig {
   // memory limits) of followed sockets: the acked/arrived vantages, the TCP
   // context of a stream. Off: only the send/receive syscalls are timed.
   bool path_signals = true;
+  // TLS streams: the OpenSSL probes on every library file that defines
+  // SSL_write/SSL_read (capture/tls_libraries.h). Off: TLS sockets are muted
+  // like any other non-HTTP traffic.
+  bool tls = true;
 };
 
 // Counters from both sides, cumulative since load: one field per entry of the
@@ -68,6 +73,7 @@ struct CaptureStats {
 #undef CAPTURE_STAT_FIELD
 #undef CAPTURE_DROP_FIELD
   std::uint64_t records_consumed = 0;  // ring buffer records userspace read
+  TlsLibraryStats tls;                 // where TLS lives: files probed, failures, scans
 
   // f(base::Counter) for each kernel counter, then records_consumed.
   template <class F>
@@ -77,6 +83,7 @@ struct CaptureStats {
 #undef CAPTURE_STAT_VISIT
     f(base::Counter{"records_consumed", "ring buffer records userspace read", base::CounterKind::total,
                     records_consumed});
+    tls.for_each(f);
   }
   // f(base::Counter) for each drop reason (name = the reason, value = drops_<name>).
   template <class F>
@@ -131,7 +138,12 @@ class Capture {
   std::uint64_t followed_hint_total() const;
 
   CaptureStats stats() const;
+  // Decisions taken at load, then the TLS libraries probed (or not) as
+  // processes start: a caller logs the ones after those it logged already.
   const std::vector<LoadNote>& notes() const;
+  // The TLS library a data event's tls_lib names (`openssl-3`, `static:node`);
+  // "" for an unknown one.
+  std::string_view tls_library(std::uint16_t id) const;
 
   struct Impl;
 

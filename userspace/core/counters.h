@@ -32,7 +32,10 @@
   X(body_decode_errors, total, "compressed bodies that could not be decoded to their end")                 \
   X(sockets_reused, total, "socket addresses a new connection took over before the old one's close was seen") \
   X(calls_after_close, total, "send/receive calls seen on a socket already closed (not followed)")        \
-  X(closes_recovered, total, "connections ended because the kernel no longer knew their socket (a close lost to a full ring)")
+  X(closes_recovered, total, "connections ended because the kernel no longer knew their socket (a close lost to a full ring)") \
+  X(tls_events, total, "plaintext events of TLS library calls")                                           \
+  X(tls_unbound_held, total, "TLS writes held until their library wrote the ciphertext (memory BIO)")     \
+  X(tls_unbound_dropped, total, "held TLS writes whose socket was never found (or beyond the bound)")
 
 namespace infertap::core {
 

@@ -47,11 +47,49 @@ void Pipeline::on_record(std::span<const std::uint8_t> record) {
     on_signal(capture::signal_of(*decoded.signal));
     return;
   }
+  if (decoded.tls_bind) {
+    on_tls_bind(*decoded.tls_bind);
+    return;
+  }
+  if (decoded.code_signal) return;
   if (!decoded.event) {
     ++counters_.decode_errors;
     return;
   }
+  const itap_event& h = decoded.event->h();
+  if (decoded.event->tls() && h.sock_id == 0 && h.kind == ITAP_EV_DATA) {
+    // A write encrypted into memory: its socket is told when the ciphertext goes.
+    if (unbound_tls_.hold(h.tls_ssl, record, h.ts_ns)) ++counters_.tls_unbound_held;
+    else ++counters_.tls_unbound_dropped;
+    return;
+  }
   on_event(*decoded.event);
+}
+
+// The writes held for this TLS connection went out with the ciphertext of
+// the send that bound it: they take its socket, its time (the emit vantage)
+// and its sequence (the ACK that covers them).
+void Pipeline::on_tls_bind(const itap_event& bind) {
+  std::vector<std::vector<std::uint8_t>> held = unbound_tls_.take(bind.tls_ssl);
+  bool first = true;
+  for (std::vector<std::uint8_t>& bytes : held) {
+    auto* h = reinterpret_cast<itap_event*>(bytes.data());
+    h->sock_id = bind.sock_id;
+    h->ts_ns = std::max(h->ts_ns, bind.ts_ns);
+    h->tls_seq = bind.tls_seq;
+    h->family = bind.family;
+    h->local_port = bind.local_port;
+    h->remote_port = bind.remote_port;
+    std::copy(std::begin(bind.local_addr), std::end(bind.local_addr), h->local_addr);
+    std::copy(std::begin(bind.remote_addr), std::end(bind.remote_addr), h->remote_addr);
+    h->flags = static_cast<std::uint16_t>((h->flags & ~ITAP_F_NEW_SOCKET) | (first ? bind.flags & ITAP_F_NEW_SOCKET : 0));
+    if (first) {
+      h->tls_start_ns = bind.tls_start_ns;
+      h->srtt_us = bind.srtt_us;
+    }
+    first = false;
+    on_record(bytes);
+  }
 }
 
 void Pipeline::on_event(const capture::IoEvent& event) {
@@ -62,6 +100,12 @@ void Pipeline::on_event(const capture::IoEvent& event) {
   ++counters_.data_events;
   Connection* conn = connection_for(event);
   if (!conn) return;
+  if (event.tls()) {
+    ++counters_.tls_events;
+    const itap_event& h = event.h();
+    if (h.tls_lib && conn->identity().tls_library.empty() && tls_library_name_)
+      conn->note_tls(tls_library_name_(h.tls_lib), h.tls_start_ns);
+  }
   // An arrival the kernel carried on this read instead of sending it alone:
   // it happened before the read, so it is handled first, as if it had.
   if (const auto arrival = capture::carried_arrival(event)) on_signal(*arrival);
@@ -120,6 +164,12 @@ ConnIdentity Pipeline::identity_of(const capture::IoEvent& event) {
   id.local = endpoint(h.local_addr, h.local_port, h.family);
   id.remote = endpoint(h.remote_addr, h.remote_port, h.family);
   id.first_seen_ns = h.ts_ns;
+  if (event.tls()) {
+    id.tls = true;
+    id.fd = -1;  // a library call: no descriptor
+    if (h.tls_lib && tls_library_name_) id.tls_library = tls_library_name_(h.tls_lib);
+    id.tls_start_ns = h.tls_start_ns;
+  }
   return id;
 }
 
@@ -233,6 +283,7 @@ void Pipeline::expire(TimestampNs now) {
     }
   }
   for (std::uint64_t sock : idle) close_connection(sock, now, StreamEnd::idle_timeout);
+  counters_.tls_unbound_dropped += unbound_tls_.expire(now);
   release(joiner_.release_due(now, live_));
   counters_.records_held = joiner_.held();
   counters_.records_joined = joiner_.joined();

@@ -21,6 +21,7 @@
 
 #include "capture/event.h"
 #include "core/conn/connection.h"
+#include "core/conn/tls_unbound.h"
 #include "core/live_index.h"
 #include "core/path/joiner.h"
 #include "core/types.h"
@@ -82,6 +83,9 @@ class Pipeline {
   void set_lag_floor(std::uint64_t floor_ns) { config_.lag_floor_ns = floor_ns; }
 
   void set_admit(Admit admit) { admit_ = std::move(admit); }
+  // The name of the TLS library a TLS event's tls_lib names (the capture's table).
+  using TlsLibraryName = std::function<std::string(std::uint16_t id)>;
+  void set_tls_library_names(TlsLibraryName names) { tls_library_name_ = std::move(names); }
   // Deletes the kernel's entry for a socket that is already closed (its
   // next use, by a new socket at the same address, is classified afresh).
   using ForgetSocket = std::function<void(std::uint64_t sock_id)>;
@@ -93,6 +97,7 @@ class Pipeline {
 
  private:
   void on_state(const capture::IoEvent& event);
+  void on_tls_bind(const itap_event& bind);
   Connection* connection_for(const capture::IoEvent& event);
   Connection* open_connection(const capture::IoEvent& event);
   ConnIdentity identity_of(const capture::IoEvent& event);
@@ -117,6 +122,8 @@ class Pipeline {
   PathJoiner joiner_;
   Admit admit_;
   ForgetSocket forget_;
+  TlsLibraryName tls_library_name_;
+  UnboundTlsWrites unbound_tls_;
   std::unordered_set<std::uint64_t> refused_;  // sockets the admit hook refused (muted; events in flight dropped)
 };
 

@@ -57,6 +57,12 @@ std::string stream_id(const StreamRecord& r) {
   return std::to_string(r.conn.generation) + "-" + std::to_string(r.stream_seq);
 }
 
+std::uint64_t tls_handshake_ns(const StreamRecord& r) {
+  const TimestampNs start = r.conn.tls_start_ns;
+  if (!r.conn.tls || r.stream_seq != 0 || !start || r.request_start_ns <= start) return 0;
+  return r.request_start_ns - start;
+}
+
 std::string Endpoint::to_string() const {
   char buf[INET6_ADDRSTRLEN] = {};
   if (family == AF_INET6) {

@@ -51,6 +51,10 @@ struct ConnIdentity {
   Endpoint local;
   Endpoint remote;
   TimestampNs first_seen_ns = 0;
+  // A TLS connection: its bytes are the plaintext of a TLS library's calls.
+  bool tls = false;
+  std::string tls_library;      // `openssl-3`, `static:node`; "" when not known
+  TimestampNs tls_start_ns = 0; // its first handshake record (0: the agent joined after it)
 };
 
 enum class StreamEnd : std::uint8_t {
@@ -245,6 +249,11 @@ struct StreamRecord {
 
 // "<connection generation>-<response index>": unique per agent run.
 std::string stream_id(const StreamRecord& r);
+
+// A TLS connection's first response: its first handshake byte to the first
+// request byte (0 when not over TLS, not the first, or the handshake was not
+// seen). On a client it adds to what the user waited before the TTFT.
+std::uint64_t tls_handshake_ns(const StreamRecord& r);
 
 // What of a request target reaches records, labels and cohorts
 // (core/labels.h sanitize_target, docs/schema.md#paths).

@@ -335,6 +335,8 @@ std::vector<Option> make_options() {
              "Payload tail bytes copied per syscall"),
       option("capture.delivery_signals", boolean(FIELD(capture.path_signals)), "--no-delivery-signals", F::off,
              "Do not attach the ACK/arrival/retransmit probes (no acked/arrived vantages, no TCP context)"),
+      option("capture.tls", boolean(FIELD(capture.tls)), "--no-tls", F::off,
+             "Do not probe TLS libraries (TLS streams are then not seen)"),
       option("capture.ringbuf_mb", ringbuf_mb(), "--ringbuf-mb", F::value, "Ring buffer size in MiB (power of two)"),
       option("capture.wakeup_bytes", size(FIELD(capture.wakeup_bytes), 0, 256ull << 20)),
       option("capture.ignore_self", boolean(FIELD(capture.ignore_self))),

@@ -195,6 +195,8 @@ void put_identity(json& j, const core::StreamRecord& r, const RenderOptions& opt
   put_text(j, "k8s_container", r.conn.k8s_container);
   j["local"] = r.conn.local.to_string();
   j["remote"] = r.conn.remote.to_string();
+  j["tls"] = r.conn.tls;
+  j["tls_library"] = r.conn.tls_library.empty() ? json(nullptr) : json(r.conn.tls_library);
 }
 
 // What: the request and the response as the protocol and payloads told them.
@@ -226,6 +228,8 @@ void put_times(json& j, const core::StreamRecord& r) {
   put_ns(j, "last_token_ns", r.last_token_ns);
   put_ns(j, "last_event_ns", r.last_event_ns);
   put_ns(j, "end_ns", r.end_ns);
+  const std::uint64_t handshake = core::tls_handshake_ns(r);
+  put_ms(j, "tls_handshake_ms", handshake ? std::optional<std::uint64_t>(handshake) : std::nullopt);
 }
 
 void put_metrics(json& j, const core::StreamMetrics& m) {

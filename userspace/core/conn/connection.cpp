@@ -46,6 +46,14 @@ Connection::Decision Connection::on_data(const capture::IoEvent& event) {
   last_activity_ = h.ts_ns;
   Decision decision;
   if (ignored_) return decision;
+  if (h.tls_ssl) {
+    // Another TLS session on this socket address: the old connection's close was lost.
+    if (tls_ssl_ && h.tls_ssl != tls_ssl_) {
+      decision.foreign = true;
+      return decision;
+    }
+    tls_ssl_ = h.tls_ssl;
+  }
   if (h.ret <= 0) {
     decision.ended = note_failed_call(event);
     return decision;
@@ -63,6 +71,13 @@ Connection::Decision Connection::on_data(const capture::IoEvent& event) {
   const Flow flow = flow_of(event);
   if (session_.accepts(flow)) decision.foreign = !feed(flow, event);
   return decision;
+}
+
+void Connection::note_tls(std::string library, TimestampNs start_ns) {
+  identity_.tls = true;
+  identity_.tls_library = std::move(library);
+  if (!identity_.tls_start_ns) identity_.tls_start_ns = start_ns;
+  if (StreamRecord* r = assembler_.active_stream()) r->conn = identity_;
 }
 
 // A call that moved no bytes: a send refused for lack of buffer space, or the
@@ -105,8 +120,15 @@ bool Connection::feed(Flow flow, const capture::IoEvent& event) {
   context.call_ns = call_duration(h);
   context.more = (h.flags & ITAP_F_MORE) != 0;
   context.position = at.position;
-  context.start_seq = at.start_seq;
-  context.end_seq = h.seq_end;
+  if (event.tls()) {
+    // Plaintext positions are not TCP's: every event the call completed is
+    // acknowledged with the ciphertext the call sent (0: not seen).
+    context.per_byte_seq = false;
+    context.end_seq = h.tls_seq;
+  } else {
+    context.start_seq = at.start_seq;
+    context.end_seq = h.seq_end;
+  }
   context.arrivals = &arrivals_;
   assembler_.begin_piece(context);
   session_.feed(flow, piece);

@@ -44,6 +44,8 @@ class Connection {
   Connection& operator=(const Connection&) = delete;
 
   Decision on_data(const capture::IoEvent& event);
+  // A TLS connection whose first events did not name its library.
+  void note_tls(std::string library, TimestampNs start_ns);
   void on_state(const capture::IoEvent& event);
   // TCP closed the socket with received bytes still unread: it ends when they
   // are read (EOF) or the socket is destroyed, not now.
@@ -79,7 +81,8 @@ class Connection {
   bool ignored_ = false;
   bool closed_unread_ = false;
   TimestampNs last_activity_ = 0;
-  TcpCursor outbound_cursor_, inbound_cursor_;
+  TcpCursor outbound_cursor_, inbound_cursor_;  // TLS: over the plaintext byte counts
+  std::uint64_t tls_ssl_ = 0;  // TLS: the library's connection object its plaintext comes from
   ArrivalLog arrivals_;           // receiver: rcv_nxt after each arrival not yet claimed by a read
   TimestampNs zero_window_since_ = 0;  // an episode of the peer's window at 0 (0: none)
 };

@@ -28,9 +28,12 @@ void StreamAssembler::on_acked(std::uint32_t ack_seq, TimestampNs ts) {
   if (!active_ || role_ != Role::server) return;
   auto& timeline = active_->record.timeline;
   std::size_t& cursor = active_->ack_cursor;
-  while (cursor < timeline.size() && timeline[cursor].end_seq && seq_leq(timeline[cursor].end_seq, ack_seq)) {
-    if (!timeline[cursor].acked_ns) timeline[cursor].acked_ns = ts;
-    ++cursor;
+  // An event without a sequence (a TLS write whose ciphertext was not seen)
+  // is never acknowledged, and does not hold back the ones after it.
+  for (; cursor < timeline.size(); ++cursor) {
+    TimelineEvent& e = timeline[cursor];
+    if (e.end_seq && !seq_leq(e.end_seq, ack_seq)) break;
+    if (e.end_seq && !e.acked_ns) e.acked_ns = ts;
   }
 }
 
@@ -104,7 +107,7 @@ void StreamAssembler::fill_timeline_event(TimelineEvent& t, const protocol::Stre
   if (piece_) {
     t.syscall_ns = piece_->call_ns;
     t.more = piece_->more;
-    if (e.end_position) {
+    if (e.end_position && piece_->per_byte_seq) {
       t.end_seq = piece_->start_seq + static_cast<std::uint32_t>(*e.end_position - piece_->position);
       t.end_seq_exact = e.end_position_exact && !e.truncated;
     } else {

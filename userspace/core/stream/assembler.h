@@ -31,6 +31,9 @@ struct PieceContext {
   std::uint64_t position = 0;   // stream position of its first byte
   std::uint32_t start_seq = 0;  // TCP sequence of its first byte
   std::uint32_t end_seq = 0;    // TCP sequence just past its last byte
+  // The piece's bytes map one to one onto TCP's (plaintext sockets); TLS
+  // plaintext does not: its events all take end_seq.
+  bool per_byte_seq = true;
   ArrivalLog* arrivals = nullptr;  // receiver: arrivals at its socket, claimed per event
 };
 

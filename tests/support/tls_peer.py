@@ -1,0 +1,277 @@
+#!/usr/bin/python3
+"""Python `ssl` (the system libssl) as a TLS streaming server or client, with
+ground-truth logs: CLOCK_MONOTONIC read right after each write / read returns,
+kept in memory and written at exit (SIGTERM or the end of the run).
+
+  tls_peer.py server --port N --cert F --key F [--itl-ms MS] [--ttft-ms MS] [--log FILE]
+      OpenAI-style chat completion streams over HTTP/1.1 + TLS, chunked, one
+      SSL write per event; "max_tokens" in the request body sets the count.
+      Prints "listening <port>".
+  tls_peer.py client --port N [--tokens N] [--requests R] [--interval-ms MS]
+                     [--import-after-ms MS] [--ready-file F] [--log FILE]
+      R requests over new TLS connections; with --import-after-ms the ssl
+      module (and so libssl) is loaded only that long after start, and
+      --ready-file is written once it is.
+
+Log lines (NDJSON): {"type":"request"|"send"|"write"|"event"|"import", ...}
+with "mono_ns", "req" (request number, a connection each) and per event
+"event_index" and "kind" (role|content|finish|done). Only timings and sizes
+are logged, never payload text.
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+LOG = []
+LOG_LOCK = threading.Lock()
+
+
+def log(**fields):
+    with LOG_LOCK:
+        LOG.append(fields)
+
+
+def write_log(path):
+    if not path:
+        return
+    with LOG_LOCK, open(path, "w") as f:
+        for line in LOG:
+            f.write(json.dumps(line) + "\n")
+
+
+def sleep_until(t_ns):
+    while True:
+        left = t_ns - time.monotonic_ns()
+        if left <= 0:
+            return
+        time.sleep(left / 1e9)
+
+
+# ---- server -----------------------------------------------------------------
+
+def chunk(text):
+    data = text.encode()
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+def event(prefix, inner, finish):
+    return 'data: %s[{"index":0,%s,"logprobs":null,"finish_reason":%s}]}\n\n' % (prefix, inner, finish)
+
+
+def read_request(conn, buf):
+    while b"\r\n\r\n" not in buf:
+        data = conn.recv(65536)
+        if not data:
+            return None, None, buf
+        buf += data
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(rest) < length:
+        data = conn.recv(65536)
+        if not data:
+            return None, None, rest
+        rest += data
+    return head, rest[:length], rest[length:]
+
+
+def stream(conn, req, body, args, peer_port):
+    try:
+        tokens = int(json.loads(body or b"{}").get("max_tokens", args.tokens))
+    except ValueError:
+        tokens = args.tokens
+    prefix = '{"id":"chatcmpl-%d-%d","object":"chat.completion.chunk","created":%d,"model":"tls-peer","choices":' % (
+        os.getpid(), req, int(time.time()))
+    events = [("role", event(prefix, '"delta":{"role":"assistant","content":""}', "null"))]
+    for i in range(tokens):
+        events.append(("content", event(prefix, '"delta":{"content":" tok%d"}' % i, "null")))
+    events.append(("finish", event(prefix, '"delta":{}', '"stop"')))
+    events.append(("done", "data: [DONE]\n\n"))
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")
+    conn.sendall(head)
+    last = time.monotonic_ns()
+    for index, (kind, text) in enumerate(events):
+        if kind == "content":
+            last += int((args.ttft_ms if index == 1 else args.itl_ms) * 1e6)
+            sleep_until(last)
+        data = chunk(text)
+        n = conn.send(data)  # one SSL write per event; the log's time is its return
+        t = time.monotonic_ns()
+        log(type="send", req=req, event_index=index, kind=kind, mono_ns=t, bytes=n, peer_port=peer_port)
+        if n != len(data):
+            conn.sendall(data[n:])
+    conn.sendall(b"0\r\n\r\n")
+
+
+def serve(conn, args, counter):
+    peer_port = conn.getpeername()[1]
+    buf = b""
+    try:
+        conn.do_handshake()
+        while True:
+            head, body, buf = read_request(conn, buf)
+            if head is None:
+                return
+            with counter["lock"]:
+                req = counter["n"]
+                counter["n"] += 1
+            log(type="request", req=req, mono_ns=time.monotonic_ns(), peer_port=peer_port)
+            stream(conn, req, body, args, peer_port)
+    except (OSError, ValueError):
+        pass
+    finally:
+        conn.close()
+
+
+def run_server(args):
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(args.cert, args.key)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", args.port))
+    listener.listen(64)
+    print("listening", listener.getsockname()[1], flush=True)
+    counter = {"n": 0, "lock": threading.Lock()}
+    while True:
+        raw, _ = listener.accept()
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = ctx.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+        threading.Thread(target=serve, args=(conn, args, counter), daemon=True).start()
+
+
+# ---- client -----------------------------------------------------------------
+
+class Events:
+    """Splits an SSE body (chunked framing removed) into events, by kind."""
+
+    def __init__(self):
+        self.buf = b""
+        self.index = 0
+
+    def feed(self, data):
+        self.buf += data
+        kinds = []
+        while b"\n\n" in self.buf:
+            ev, _, self.buf = self.buf.partition(b"\n\n")
+            if b"[DONE]" in ev:
+                kinds.append("done")
+            elif b'"role"' in ev:
+                kinds.append("role")
+            elif b'"finish_reason":"stop"' in ev:
+                kinds.append("finish")
+            elif ev.startswith(b"data:"):
+                kinds.append("content")
+        return kinds
+
+
+def dechunk(state, data):
+    """Body bytes of chunked framing; state keeps partial lines between reads."""
+    state["raw"] += data
+    out = b""
+    while True:
+        if state["left"] == 0:
+            if b"\r\n" not in state["raw"]:
+                return out, False
+            line, _, state["raw"] = state["raw"].partition(b"\r\n")
+            if not line:
+                continue  # the CRLF after a chunk
+            state["left"] = int(line.split(b";")[0], 16)
+            if state["left"] == 0:
+                return out, True
+        take = state["raw"][:state["left"]]
+        state["raw"] = state["raw"][len(take):]
+        state["left"] -= len(take)
+        out += take
+        if not state["raw"]:
+            return out, False
+
+
+def one_request(ssl, ctx, args, req):
+    raw = socket.create_connection(("127.0.0.1", args.port))
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn = ctx.wrap_socket(raw, server_hostname="localhost")
+    body = json.dumps({"model": "m", "stream": True, "max_tokens": args.tokens,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()
+    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+               b"Accept: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
+    conn.sendall(request)
+    log(type="write", req=req, mono_ns=time.monotonic_ns(), local_port=conn.getsockname()[1])
+    buf, state, events, done = b"", {"raw": b"", "left": 0}, Events(), False
+    while b"\r\n\r\n" not in buf:
+        buf += conn.recv(16384)
+    _, _, rest = buf.partition(b"\r\n\r\n")
+    pending = rest
+    while not done:
+        body_bytes, done = dechunk(state, pending)
+        t = time.monotonic_ns()
+        for kind in events.feed(body_bytes):
+            log(type="event", req=req, event_index=events.index, kind=kind, mono_ns=t)
+            events.index += 1
+        if done:
+            break
+        pending = conn.recv(16384)
+        if not pending:
+            break
+    conn.close()
+    return events.index
+
+
+def run_client(args):
+    start = time.monotonic_ns()
+    if args.import_after_ms:
+        sleep_until(start + int(args.import_after_ms * 1e6))
+    import ssl  # loads _ssl, and with it libssl
+    log(type="import", mono_ns=time.monotonic_ns())
+    if args.ready_file:
+        open(args.ready_file, "w").close()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    failures = 0
+    for req in range(args.requests):
+        if req and args.interval_ms:
+            time.sleep(args.interval_ms / 1e3)
+        try:
+            one_request(ssl, ctx, args, req)
+        except OSError as e:
+            failures += 1
+            print("request %d failed: %s" % (req, e.__class__.__name__), file=sys.stderr)
+    return 1 if failures else 0
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["server", "client"])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--cert")
+    p.add_argument("--key")
+    p.add_argument("--tokens", type=int, default=16)
+    p.add_argument("--ttft-ms", type=float, default=20)
+    p.add_argument("--itl-ms", type=float, default=10)
+    p.add_argument("--requests", type=int, default=1)
+    p.add_argument("--interval-ms", type=float, default=0)
+    p.add_argument("--import-after-ms", type=float, default=0)
+    p.add_argument("--ready-file")
+    p.add_argument("--log")
+    args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: (write_log(args.log), os._exit(0)))
+    if args.mode == "server":
+        run_server(args)
+        return 0
+    rc = run_client(args)
+    write_log(args.log)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+#include "capture/tls_libraries.h"
+
+#include <bpf/libbpf.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "capture/elf_symbols.h"
+#include "capture/loader.h"
+
+namespace infertap::capture {
+
+namespace {
+
+// Indexes into kFunctions.
+enum Function { kWrite, kWriteEx, kRead, kReadEx, kFree, kDlopen, kFunctionCount };
+constexpr std::array<std::string_view, kFunctionCount> kFunctions = {"SSL_write", "SSL_write_ex", "SSL_read",
+                                                                     "SSL_read_ex", "SSL_free", "dlopen"};
+
+// Where a host keeps its shared libraries, seen from the host's root (the
+// agent may run in a container of its own: /proc/1/root is the host's).
+constexpr const char* kLibraryDirs[] = {"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+                                        "/lib/aarch64-linux-gnu",    "/usr/lib64",            "/lib64",
+                                        "/usr/lib",                  "/usr/local/lib",        "/usr/local/lib64"};
+
+// A full rescan of every process, in case an exec or dlopen signal was lost
+// (a full ring buffer).
+constexpr std::uint64_t kFullRescanNs = 60'000'000'000ull;
+// After an exec the dynamic loader maps the libraries the binary links: look
+// again once it has (a few ms), and once more for slow starters.
+constexpr std::uint64_t kExecRescanNs[] = {0, 10'000'000ull, 300'000'000ull};
+constexpr std::size_t kMaxPendingScans = 4096;
+constexpr std::size_t kMaxTlsLibraries = 1024;
+
+bool is_openssl_name(std::string_view name) { return name.rfind("libssl.so", 0) == 0; }
+
+// "openssl-3" for libssl.so.3, "openssl-1.1" for libssl.so.1.1, "static:node"
+// for a binary with OpenSSL built in.
+std::string library_label(std::string_view file_name) {
+  if (!is_openssl_name(file_name)) return "static:" + std::string(file_name);
+  std::string_view version = file_name.substr(std::string_view("libssl.so").size());
+  if (version.empty()) return "openssl";
+  if (version.front() == '.') version.remove_prefix(1);
+  return "openssl-" + std::string(version);
+}
+
+std::string errno_text(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
+
+std::string hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+bool numeric(const char* name) {
+  if (!*name) return false;
+  for (const char* p = name; *p; ++p)
+    if (*p < '0' || *p > '9') return false;
+  return true;
+}
+
+}  // namespace
+
+TlsLibraries::TlsLibraries(const TlsPrograms& programs, std::vector<LoadNote>* notes)
+    : programs_(programs), notes_(notes) {}
+
+TlsLibraries::~TlsLibraries() {
+  for (auto& [key, file] : files_)
+    for (bpf_link* link : file.links) bpf_link__destroy(link);
+}
+
+std::string_view TlsLibraries::library_name(std::uint16_t id) const {
+  if (id == 0 || id > library_names_.size()) return "";
+  return library_names_[id - 1];
+}
+
+void TlsLibraries::note(std::string what, std::string why) {
+  if (notes_) notes_->push_back(LoadNote{std::move(what), std::move(why)});
+}
+
+void TlsLibraries::scan_everything(std::uint64_t now_ns) {
+  ++full_scans_;
+  in_full_scan_ = true;
+  // Through init's root when the agent may see it (its own container is not the host's).
+  const std::string host_root = access("/proc/1/root/", X_OK) == 0 ? "/proc/1/root" : "";
+  for (const char* dir : kLibraryDirs) {
+    const std::string host_dir = host_root + dir;
+    DIR* d = opendir(host_dir.c_str());
+    if (!d) continue;
+    while (dirent* entry = readdir(d)) {
+      if (!is_openssl_name(entry->d_name)) continue;
+      const std::string path = host_dir + "/" + entry->d_name;
+      struct stat st;  // the file itself, not a development link to it (libssl.so -> libssl.so.3)
+      if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      const FileKey key{st.st_dev, st.st_ino};
+      if (files_.contains(key)) continue;  // the same file in another directory (/lib -> /usr/lib)
+      inspect(key, path, entry->d_name, false);
+    }
+    closedir(d);
+  }
+  if (DIR* proc = opendir("/proc")) {
+    while (dirent* entry = readdir(proc))
+      if (numeric(entry->d_name)) scan_process(static_cast<std::uint32_t>(std::strtoul(entry->d_name, nullptr, 10)));
+    closedir(proc);
+  }
+  in_full_scan_ = false;
+  release_unmapped();
+  next_full_scan_ns_ = now_ns + kFullRescanNs;
+}
+
+void TlsLibraries::schedule(std::uint32_t pid, std::uint64_t due_ns) {
+  if (due_.size() >= kMaxPendingScans) {
+    ++stats_.tls_scan_overflows;
+    next_full_scan_ns_ = 0;  // the next tick rescans everything
+    return;
+  }
+  due_.emplace(due_ns, pid);
+}
+
+void TlsLibraries::on_exec(std::uint32_t pid, std::uint64_t now_ns) {
+  for (std::uint64_t delay : kExecRescanNs) schedule(pid, now_ns + delay);
+}
+
+void TlsLibraries::on_dlopen(std::uint32_t pid, std::uint64_t now_ns) { schedule(pid, now_ns); }
+
+void TlsLibraries::tick(std::uint64_t now_ns) {
+  if (now_ns >= next_full_scan_ns_) {
+    due_.clear();
+    scan_everything(now_ns);
+    return;
+  }
+  while (!due_.empty() && due_.begin()->first <= now_ns) {
+    const std::uint32_t pid = due_.begin()->second;
+    due_.erase(due_.begin());
+    scan_process(pid);
+  }
+}
+
+// Each executable file mapping not inspected yet, through map_files (the very
+// file mapped, even deleted or in another mount namespace), else through the
+// process's root.
+void TlsLibraries::scan_process(std::uint32_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  FILE* maps = std::fopen((proc + "/maps").c_str(), "re");
+  ++stats_.tls_process_scans;
+  if (!maps) {
+    ++stats_.tls_processes_gone;
+    return;
+  }
+  char* line = nullptr;
+  std::size_t cap = 0;
+  while (getline(&line, &cap, maps) > 0) {
+    const std::optional<MappedFile> m = parse_maps_line(line);
+    if (!m || !m->executable) continue;
+    const FileKey key{makedev(m->dev_major, m->dev_minor), m->inode};
+    if (auto it = files_.find(key); it != files_.end()) {
+      if (in_full_scan_) it->second.seen_scan = full_scans_;
+      continue;
+    }
+    std::string path = proc + "/map_files/" + hex(m->start) + "-" + hex(m->end);
+    if (access(path.c_str(), R_OK) != 0 && !m->deleted) path = proc + "/root" + m->path;
+    inspect(key, path, base_name(m->path), m->deleted);
+  }
+  std::free(line);
+  std::fclose(maps);
+}
+
+void TlsLibraries::inspect(const FileKey& key, const std::string& path, std::string_view name, bool deleted) {
+  File& file = files_[key];  // inspected once, whatever the outcome
+  file.seen_scan = full_scans_;
+  file.deleted = deleted;
+  const FunctionOffsets found = find_functions(path, kFunctions);
+  if (!found.error.empty()) {
+    if (is_openssl_name(name)) {
+      ++stats_.tls_attach_failures;
+      note("TLS library " + std::string(name) + " not probed", path + ": " + found.error);
+    }
+    return;
+  }
+  std::string why;
+  if (found.offsets[kDlopen] && programs_.dlopen_exit &&
+      !attach(programs_.dlopen_exit, path, found.offsets[kDlopen], true, 0, file, &why))
+    note("libraries loaded later by processes of " + std::string(name) + " found only by the periodic rescan",
+         "probing dlopen in " + path + " failed: " + why);
+  if (!found.offsets[kWrite] || !found.offsets[kRead]) return;
+  if (library_names_.size() >= kMaxTlsLibraries) {
+    ++stats_.tls_attach_failures;
+    note("TLS library " + std::string(name) + " not probed", "already " + std::to_string(kMaxTlsLibraries) +
+                                                                 " TLS library files probed");
+    return;
+  }
+  library_names_.push_back(library_label(name));
+  file.id = static_cast<std::uint16_t>(library_names_.size());
+  if (!attach_tls(file, path, found.offsets, &why)) {
+    ++stats_.tls_attach_failures;
+    note("TLS library " + std::string(name) + " not probed: its TLS streams are not seen", path + ": " + why);
+    return;
+  }
+  ++stats_.tls_libraries_attached;
+  if (deleted) ++stats_.tls_libraries_deleted;
+  note("probing TLS in " + std::string(name) + " as " + library_names_.back(),
+       std::string(deleted ? "mapped while deleted or replaced on disk, " : "") + "defines SSL_write and SSL_read (" +
+           path + ")");
+}
+
+// Entry and return of each call the file defines; SSL_write and SSL_read must
+// attach, the others (the _ex forms, SSL_free) may be missing.
+bool TlsLibraries::attach_tls(File& file, const std::string& path, const std::vector<std::uint64_t>& offsets,
+                              std::string* why) {
+  const struct {
+    Function function;
+    bpf_program* entry;
+  } calls[] = {{kWrite, programs_.write_enter},
+               {kWriteEx, programs_.write_ex_enter},
+               {kRead, programs_.read_enter},
+               {kReadEx, programs_.read_ex_enter}};
+  const std::size_t before = file.links.size();
+  for (const auto& call : calls) {
+    if (!offsets[call.function]) continue;
+    if (!attach(call.entry, path, offsets[call.function], false, file.id, file, why) ||
+        !attach(programs_.io_exit, path, offsets[call.function], true, file.id, file, why)) {
+      for (std::size_t i = before; i < file.links.size(); ++i) bpf_link__destroy(file.links[i]);
+      file.links.resize(before);
+      return false;
+    }
+  }
+  if (offsets[kFree]) (void)attach(programs_.ssl_free, path, offsets[kFree], false, file.id, file, why);
+  return true;
+}
+
+bool TlsLibraries::attach(bpf_program* prog, const std::string& path, std::uint64_t offset, bool ret,
+                          std::uint64_t cookie, File& file, std::string* why) {
+  LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookie, .retprobe = ret);
+  bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), static_cast<std::size_t>(offset), &opts);
+  if (!link) {
+    const int err = errno;
+    *why = std::string(bpf_program__name(prog)) + " at offset 0x" + hex(offset) + ": " + errno_text(err);
+    return false;
+  }
+  file.links.push_back(link);
+  return true;
+}
+
+// Probes on a file deleted from disk that no process maps any more keep the
+// file's blocks allocated: release them.
+void TlsLibraries::release_unmapped() {
+  for (auto& [key, file] : files_) {
+    if (!file.deleted || file.links.empty() || file.seen_scan == full_scans_) continue;
+    for (bpf_link* link : file.links) bpf_link__destroy(link);
+    file.links.clear();
+    ++stats_.tls_libraries_released;
+  }
+}
+
+}  // namespace infertap::capture

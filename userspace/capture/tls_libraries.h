@@ -1,0 +1,112 @@
+// Where TLS lives on this host: every executable file mapped by a process
+// (read from /proc/PID/maps) that defines SSL_write and SSL_read — libssl.so.3,
+// libssl.so.1.1, a binary with OpenSSL built in (Node.js) — gets the OpenSSL
+// probes once per file (device + inode), for every process that maps it; a
+// C library gets a dlopen return probe, so a library loaded later is found
+// when it is loaded. Exec and dlopen signals from the kernel say which process
+// to look at; a slow full rescan catches what a lost signal missed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/counter.h"
+#include "capture/proc_maps.h"
+
+struct bpf_program;
+struct bpf_link;
+
+namespace infertap::capture {
+
+struct LoadNote;
+
+// The programs of bpf/programs/tls/ this attaches (loaded, not attached).
+struct TlsPrograms {
+  bpf_program* write_enter = nullptr;
+  bpf_program* write_ex_enter = nullptr;
+  bpf_program* read_enter = nullptr;
+  bpf_program* read_ex_enter = nullptr;
+  bpf_program* io_exit = nullptr;
+  bpf_program* ssl_free = nullptr;
+  bpf_program* dlopen_exit = nullptr;
+};
+
+#define INFERTAP_TLS_LIBRARY_COUNTERS(X)                                                                            \
+  X(tls_libraries_attached, "TLS library files (OpenSSL libraries, binaries with OpenSSL built in) probed")        \
+  X(tls_attach_failures, "TLS library files that could not be probed (named in the log)")                          \
+  X(tls_libraries_deleted, "TLS library files probed while deleted or replaced on disk (still mapped by a process)") \
+  X(tls_libraries_released, "probes released from TLS library files no process maps any more")                     \
+  X(tls_process_scans, "process mappings read to find TLS libraries")                                              \
+  X(tls_processes_gone, "processes that exited before their mappings could be read")                               \
+  X(tls_scan_overflows, "exec/dlopen signals beyond the scan queue (a full rescan followed)")
+
+struct TlsLibraryStats {
+#define TLS_LIBRARY_FIELD(name, help) std::uint64_t name = 0;
+  INFERTAP_TLS_LIBRARY_COUNTERS(TLS_LIBRARY_FIELD)
+#undef TLS_LIBRARY_FIELD
+  template <class F>
+  void for_each(F&& f) const {
+#define TLS_LIBRARY_VISIT(name, help) f(base::Counter{#name, help, base::CounterKind::total, name});
+    INFERTAP_TLS_LIBRARY_COUNTERS(TLS_LIBRARY_VISIT)
+#undef TLS_LIBRARY_VISIT
+  }
+};
+
+class TlsLibraries {
+ public:
+  // `notes` receives each attach decision (and failure) with its reason.
+  TlsLibraries(const TlsPrograms& programs, std::vector<LoadNote>* notes);
+  ~TlsLibraries();
+  TlsLibraries(const TlsLibraries&) = delete;
+  TlsLibraries& operator=(const TlsLibraries&) = delete;
+
+  // Every process now, and the host's own OpenSSL libraries even if unused yet.
+  void scan_everything(std::uint64_t now_ns);
+  // An exec (its mappings are read now and twice soon after, as the dynamic
+  // loader maps libraries) or a dlopen return (read now) in `pid`.
+  void on_exec(std::uint32_t pid, std::uint64_t now_ns);
+  void on_dlopen(std::uint32_t pid, std::uint64_t now_ns);
+  // Runs the scans that are due.
+  void tick(std::uint64_t now_ns);
+
+  // The name of a probed library for records (`openssl-3`, `openssl-1.1`,
+  // `static:node`); "" for an unknown id.
+  std::string_view library_name(std::uint16_t id) const;
+  const TlsLibraryStats& stats() const { return stats_; }
+
+ private:
+  struct FileKey {
+    std::uint64_t dev = 0, ino = 0;
+    auto operator<=>(const FileKey&) const = default;
+  };
+  struct File {
+    std::uint16_t id = 0;  // TLS library id (the probes' cookie); 0: not a TLS library
+    std::vector<bpf_link*> links;
+    bool deleted = false;   // probed through a mapping of a file gone from disk
+    std::uint64_t seen_scan = 0;  // the last full scan that found it mapped
+  };
+
+  void scan_process(std::uint32_t pid);
+  void inspect(const FileKey& key, const std::string& path, std::string_view name, bool deleted);
+  bool attach_tls(File& file, const std::string& path, const std::vector<std::uint64_t>& offsets, std::string* why);
+  bool attach(bpf_program* prog, const std::string& path, std::uint64_t offset, bool ret, std::uint64_t cookie,
+              File& file, std::string* why);
+  void release_unmapped();
+  void schedule(std::uint32_t pid, std::uint64_t due_ns);
+  void note(std::string what, std::string why);
+
+  TlsPrograms programs_;
+  std::vector<LoadNote>* notes_;
+  std::map<FileKey, File> files_;           // every file inspected, TLS or not
+  std::vector<std::string> library_names_;  // by id - 1
+  std::multimap<std::uint64_t, std::uint32_t> due_;  // scan time -> pid
+  std::uint64_t full_scans_ = 0;
+  std::uint64_t next_full_scan_ns_ = 0;
+  bool in_full_scan_ = false;
+  TlsLibraryStats stats_;
+};
+
+}  // namespace infertap::capture
