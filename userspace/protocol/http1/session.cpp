@@ -126,9 +126,14 @@ void Http1Session::RequestSide::on_request_head(const RequestHead& head, Timesta
 
 void Http1Session::RequestSide::on_body(std::span<const std::uint8_t> bytes, std::uint64_t, TimestampNs) {
   if (s_.requests_.empty()) return;
+  s_.requests_.back().body_bytes += bytes.size();
   std::string& body = s_.requests_.back().body_head;
   const std::size_t room = s_.request_body_head_ - std::min(body.size(), s_.request_body_head_);
   body.append(reinterpret_cast<const char*>(bytes.data()), std::min(room, bytes.size()));
+}
+
+void Http1Session::RequestSide::on_body_gap(std::uint64_t n, TimestampNs) {
+  if (!s_.requests_.empty()) s_.requests_.back().body_bytes += n;
 }
 
 void Http1Session::RequestSide::on_message_end(TimestampNs ts) {
@@ -136,6 +141,7 @@ void Http1Session::RequestSide::on_message_end(TimestampNs ts) {
   RequestInfo& req = s_.requests_.back();
   req.end_ns = ts;
   req.complete = true;
+  s_.sink_.on_request_end(req);
 }
 
 void Http1Session::RequestSide::on_error(ParseError e, std::string_view) { s_.sink_.on_parse_error(e, false); }
@@ -156,6 +162,7 @@ void Http1Session::start_response(const ResponseHead& head, TimestampNs ts) {
   info.event_stream = head.event_stream;
   info.joined_midstream = head.joined_midstream;
   info.head_ns = ts;
+  info.server_version = head.server_version;
   if (!head.joined_midstream && !requests_.empty()) info.request = &requests_.front();
   if (open.event_stream) {
     open.sse.emplace([this](const SseEvent& e) { on_sse_event(e); });

@@ -83,6 +83,9 @@ enum class Key : std::uint8_t {
   max_tokens,
   max_completion_tokens,
   max_output_tokens,
+  system_fingerprint,
+  stream_options,
+  include_usage,
 };
 
 // Called for every key of every event: dispatch on length, then compare the
@@ -132,12 +135,15 @@ Key lookup_key(std::string_view k) {
       if (k == "output_tokens") return Key::output_tokens;
       if (k == "prompt_tokens") return Key::prompt_tokens;
       if (k == "function_call") return Key::function_call;
+      if (k == "include_usage") return Key::include_usage;
       return Key::other;
+    case 14: return k == "stream_options" ? Key::stream_options : Key::other;
     case 17:
       if (k == "reasoning_content") return Key::reasoning_content;
       if (k == "completion_tokens") return Key::completion_tokens;
       if (k == "max_output_tokens") return Key::max_output_tokens;
       return Key::other;
+    case 18: return k == "system_fingerprint" ? Key::system_fingerprint : Key::other;
     case 21: return k == "max_completion_tokens" ? Key::max_completion_tokens : Key::other;
     default: return Key::other;
   }
@@ -206,7 +212,7 @@ struct Str {
 // Facts of one event payload, gathered from either reader.
 
 struct EventFacts {
-  Str type, id, model, object, finish_reason;
+  Str type, id, model, object, finish_reason, system_fingerprint;
   Str error_type, error_code, error_message_str, top_code;
   Str msg_id, msg_model;
   Str resp_id, resp_model, resp_status, resp_error_code;
@@ -246,6 +252,7 @@ struct EventFacts {
           case Key::id: id.set(v, complete); break;
           case Key::model: model.set(v, complete); break;
           case Key::object: object.set(v, complete); break;
+          case Key::system_fingerprint: system_fingerprint.set(v, complete); break;
           case Key::code: top_code.set(v, complete); break;
           case Key::error:
             error_seen = true;
@@ -320,7 +327,7 @@ struct EventFacts {
 
 struct RequestFacts {
   Str model;
-  std::optional<bool> stream;
+  std::optional<bool> stream, include_usage;
   std::optional<std::uint64_t> max_tokens;
 
   void on_begin(const Path&, bool) {}
@@ -335,6 +342,7 @@ struct RequestFacts {
   }
   void on_bool(const Path& p, bool b) {
     if (p.is({Key::stream})) stream = b;
+    if (p.is({Key::stream_options, Key::include_usage})) include_usage = b;
   }
   void on_null(const Path&) {}
 };
@@ -628,6 +636,7 @@ void classify_openai(const EventFacts& f, bool partial, EventMeaning& m) {
   assign_capped(m.response_id, f.id.proven());
   assign_capped(m.model, f.model.proven());
   assign_capped(m.finish_reason, f.finish_reason.proven());
+  assign_capped(m.system_fingerprint, f.system_fingerprint.proven());
   if (f.error_seen || f.object.proven() == "error") {
     m.kind = EventKind::error;
     // vLLM-style error responses carry the type at top level.
@@ -867,6 +876,7 @@ RequestMeaning interpret_request_body(std::string_view body_head) {
   }
   assign_capped(meaning.model, facts.model.proven());
   meaning.stream = facts.stream;
+  meaning.include_usage = facts.include_usage;
   meaning.max_tokens = facts.max_tokens;
   return meaning;
 }
