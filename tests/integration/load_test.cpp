@@ -181,14 +181,15 @@ TEST_F(LoadContext, SteppedConcurrencyIsInTheRecordsTheCohortsAndTheConcurrencyL
   for (const Step& s : steps) {
     const std::vector<json> rs = server_records(lines, s.from + 1'500'000'000ull, s.to);
     ASSERT_GE(rs.size(), 10u) << "step " << s.streams;
-    std::vector<double> mean, at_first, waiting;
+    std::vector<double> mean, admitted;
     for (const json& r : rs) {
       const json& l = r["load"];
       ASSERT_EQ(l["scope"], "process") << r.dump();
       mean.push_back(l["concurrency_mean"]);
-      at_first.push_back(l["concurrency"]);
+      // At its first token every other request of the step is either decoding or waiting for its own.
+      admitted.push_back(l["concurrency"].get<double>() + l["waiting"].get<double>());
+      EXPECT_LE(l["concurrency"].get<int>() + l["waiting"].get<int>(), s.streams) << r.dump();
       EXPECT_LE(l["concurrency_max"].get<int>(), s.streams) << "never more streams than the clients opened: " << r.dump();
-      waiting.push_back(l["waiting"]);
       EXPECT_EQ(l["include_usage"], true) << r.dump();
       EXPECT_TRUE(l["input_tokens"].is_number()) << r.dump();
       EXPECT_GT(l["request_bytes"].get<int>(), 50) << r.dump();
@@ -198,8 +199,10 @@ TEST_F(LoadContext, SteppedConcurrencyIsInTheRecordsTheCohortsAndTheConcurrencyL
     // Between two requests a connection is briefly not decoding: a little under the step.
     EXPECT_LE(median(mean), s.streams + 0.01) << "step " << s.streams;
     EXPECT_GE(median(mean), s.streams * 0.8) << "step " << s.streams;
-    EXPECT_GE(median(at_first), s.streams * 0.75) << "step " << s.streams;
-    EXPECT_LE(median(waiting), std::max(1.0, s.streams * 0.1)) << "step " << s.streams;
+    // The clients run in lockstep (same stream lengths): at a stream's first
+    // token the others are spread between decoding and waiting, so the count
+    // at the first token alone varies from 1 to the step; the two together do not.
+    EXPECT_GE(median(admitted), s.streams * 0.75) << "step " << s.streams;
     // The in-flight gauge of the serving process, mid-step.
     const std::string series = "infertap_streams_in_flight{process=\"sample-server\"} ";
     const auto at = s.gauge.find(series);
