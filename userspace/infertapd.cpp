@@ -179,6 +179,9 @@ daemon::MetricsConfig metrics_config(const daemon::DaemonConfig& config) {
   m.max_label_values = config.metrics.max_label_values;
   m.max_series_per_family = config.metrics.max_series_per_family;
   m.band_labels = config.metrics.band_labels;
+  if (m.band_labels) {
+    m.band_of = [bands = config.degradation](const core::StreamRecord& r) { return degrade::bands_of(bands, r); };
+  }
   return m;
 }
 

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/metrics.h"
 #include "daemon/config.h"
 #include "daemon/metrics.h"
 #include "degrade/engine.h"
@@ -537,6 +538,43 @@ TEST(DegradeLoadMetrics, BandLabelsAreOptionalAndGaugesCountPerProcess) {
   EXPECT_NE(load.find("infertap_streams_in_flight{process=\"vllm\"} 16"), std::string::npos) << load;
   EXPECT_NE(load.find("infertap_requests_waiting{process=\"vllm\"} 4"), std::string::npos) << load;
   EXPECT_NE(load.find("infertap_streams_in_flight{process=\"tgi\"} 1"), std::string::npos) << load;
+}
+
+TEST(DegradeLoadMetrics, HistogramsCarryTheBandsWhenAskedTo) {
+  core::StreamRecord r;
+  r.role = core::Role::server;
+  r.status = 200;
+  r.conn.comm = "vllm";
+  r.request_end_ns = 1'000'000;
+  for (int i = 0; i < 5; ++i) {
+    core::TimelineEvent e;
+    e.ts_ns = 2'000'000 + static_cast<std::uint64_t>(i) * 10'000'000;
+    e.kind = protocol::EventKind::content;
+    r.timeline.push_back(e);
+  }
+  r.first_token_ns = r.timeline.front().ts_ns;
+  r.last_token_ns = r.timeline.back().ts_ns;
+  core::compute_metrics(r, std::nullopt, core::PipelineConfig{});
+  r.load.concurrency_mean = 20;
+  r.load.input_tokens = 100;
+  const DegradationConfig dc;
+  EXPECT_EQ(bands_of(dc, r), (std::array<std::string, 2>{"9-32", "<512"}));
+  daemon::MetricsConfig mc;
+  daemon::MetricsRegistry plain(mc);
+  plain.observe(r);
+  EXPECT_EQ(plain.render().find("concurrency_band"), std::string::npos);
+  mc.band_labels = true;
+  mc.band_of = [dc](const core::StreamRecord& rec) { return bands_of(dc, rec); };
+  daemon::MetricsRegistry banded(mc);
+  banded.observe(r);
+  const std::string text = banded.render();
+  EXPECT_NE(text.find("infertap_inter_token_latency_seconds_count{vantage=\"server\",model=\"unknown\",route=\"unknown\","
+                      "process=\"vllm\",concurrency_band=\"9-32\",input_band=\"<512\"} 4"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("gen_ai_server_time_to_first_token_seconds_count{vantage=\"server\""), std::string::npos);
+  EXPECT_EQ(text.find("gen_ai_server_time_to_first_token_seconds_count{vantage=\"server\",concurrency"), std::string::npos)
+      << "the OpenTelemetry families keep their attributes";
 }
 
 }  // namespace

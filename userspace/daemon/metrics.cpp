@@ -142,6 +142,11 @@ std::string render_labels(const LabelValues& values, const std::string_view* nam
 }
 
 std::string render_labels(const LabelValues& values, LabelSet set, std::string_view extra_name = {}) {
+  // infertap_* histograms with metrics.band_labels: the two bands after the four labels.
+  static constexpr std::string_view kBanded[] = {"vantage", "model", "route", "process", "concurrency_band", "input_band"};
+  if (set == LabelSet::infertap && extra_name.empty() && values.size() == std::size(kBanded)) {
+    return render_labels(values, kBanded, std::size(kBanded));
+  }
   return set == LabelSet::gen_ai
              ? render_labels(values, MetricsRegistry::kGenAiLabelNames, MetricsRegistry::kGenAiLabels, extra_name)
              : render_labels(values, MetricsRegistry::kLabelNames, MetricsRegistry::kLabels, extra_name);
@@ -349,11 +354,19 @@ void MetricsRegistry::observe(const core::StreamRecord& record) {
   // Everything that does not touch shared state happens before the lock.
   metrics_detail::RecordDeltas d = metrics_detail::deltas_of(record, config_);
   metrics_detail::RecordLabels& raw = d.labels;
+  std::array<std::string, 2> bands;
+  const bool banded = config_.band_labels && config_.band_of;
+  if (banded) bands = config_.band_of(record);
 
   std::lock_guard<std::mutex> lock(mu_);
   const std::string route = cap_label("route", std::move(raw.route));
   const std::string process = cap_label("process", std::move(raw.process));
   const LabelValues infertap = {{}, cap_label("model", std::move(raw.model)), route, process};
+  LabelValues infertap_banded = infertap;
+  if (banded) {
+    infertap_banded.push_back(cap_label("concurrency_band", metrics_detail::label_value(bands[0], config_.max_label_bytes)));
+    infertap_banded.push_back(cap_label("input_band", metrics_detail::label_value(bands[1], config_.max_label_bytes)));
+  }
   const LabelValues gen_ai = {{},
                               std::string(raw.operation),
                               cap_label("gen_ai_request_model", std::move(raw.request_model)),
@@ -363,7 +376,7 @@ void MetricsRegistry::observe(const core::StreamRecord& record) {
                               process};
   for (const metrics_detail::HistogramDelta& h : d.histograms) {
     const bool otel = metrics_detail::spec_of(h.family).labels == LabelSet::gen_ai;
-    LabelValues labels = otel ? gen_ai : infertap;
+    LabelValues labels = otel ? gen_ai : infertap_banded;
     labels[0] = h.vantage;
     Histogram& into = series(state_.histograms[static_cast<std::size_t>(h.family)], std::move(labels),
                              otel ? kGenAiLabels : kLabels);

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,10 +43,13 @@ struct MetricsConfig {
   // label such as `end` or `cause` kept, every other label "other") and
   // counted in infertap_series_overflow_total{family=...}.
   std::size_t max_series_per_family = 100;
-  // The degradation cohort gauge also carries the cohort's load bands
-  // (concurrency_band, input_band; docs/degradation.md#cohorts), capped like
-  // the other labels. Off by default: a cohort per band multiplies the series.
+  // The degradation cohort gauge and the infertap_* histograms (ITL, rate,
+  // lag) also carry the load bands (concurrency_band, input_band;
+  // docs/degradation.md#cohorts), capped like the other labels and within
+  // the same series budget. Off by default: a series per band multiplies them.
   bool band_labels = false;
+  // A record's bands, as the degradation engine assigns them (set with band_labels).
+  std::function<std::array<std::string, 2>(const core::StreamRecord&)> band_of;
   // Upper bounds (seconds / tokens per second), strictly increasing; +Inf is implicit.
   std::vector<double> latency_buckets = default_latency_buckets();    // TTFT, TPOT, ITL, chunk gaps, lag
   std::vector<double> duration_buckets = default_duration_buckets();  // e2e

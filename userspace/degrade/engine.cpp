@@ -153,9 +153,20 @@ std::string Engine::length_class_of(std::uint64_t tokens) const {
   return config_.length_classes.empty() ? "all" : config_.length_classes.back().name;
 }
 
+namespace {
+// The decode-phase mean, rounded: 1.4 streams in flight is band 1, 1.6 is 2.
+std::string concurrency_band(const DegradationConfig& c, const std::optional<double>& concurrency) {
+  return band_of(c.concurrency_bands, concurrency ? std::optional<double>(std::round(*concurrency)) : std::nullopt);
+}
+}  // namespace
+
+std::array<std::string, 2> bands_of(const DegradationConfig& config, const core::StreamRecord& record) {
+  const LoadNumbers l = load_of(record.load);
+  return {concurrency_band(config, l.concurrency), band_of(config.input_bands, l.input_size())};
+}
+
 std::string Engine::concurrency_band_of(const std::optional<double>& concurrency) const {
-  // The decode-phase mean, rounded: 1.4 streams in flight is band 1, 1.6 is 2.
-  return band_of(config_.concurrency_bands, concurrency ? std::optional<double>(std::round(*concurrency)) : std::nullopt);
+  return concurrency_band(config_, concurrency);
 }
 
 std::string Engine::input_band_of(const std::optional<double>& input_size) const {
@@ -356,15 +367,13 @@ Layer Engine::layer_for(const Cohort& c) const {
   // the breached metrics puts the slowdown between it and this vantage; one
   // breaching them too puts it at the server. (Server-emit cohorts have no
   // delivery lag: a lag breach is never compared, see below.)
-  // Load bands: the same input band; the same concurrency band first (a
-  // gateway's count of the streams it relays is the server's), any when no
-  // cohort of that band was judged.
-  for (const bool same_band : {true, false}) {
+  // Load bands: the same input band (the same requests), any concurrency band
+  // (each process counts its own streams in flight: a buffering gateway's
+  // bursts overlap less than the server's streams do).
   bool judged = false;
   for (const auto& [key, other] : cohorts_) {
     if (&other == &c || key.vantage != Vantage::server_emit || key.model != c.key.model ||
-        key.route != c.key.route || key.length_class != c.key.length_class || key.input_band != c.key.input_band ||
-        (same_band && key.concurrency_band != c.key.concurrency_band)) {
+        key.route != c.key.route || key.length_class != c.key.length_class || key.input_band != c.key.input_band) {
       continue;
     }
     if (c.key.vantage == Vantage::server_emit && key.process == c.key.process) continue;
@@ -382,7 +391,6 @@ Layer Engine::layer_for(const Cohort& c) const {
     if (!breached) return Layer::delivery_path;
   }
   if (judged) return Layer::serving;
-  }
   // A breach of a metric measured along the path alone (the delivery lag)
   // needs no upstream cohort to name its layer.
   for (Metric m : kAllMetrics) {

@@ -273,6 +273,10 @@ class Engine {
   EngineCounters counters_;
 };
 
+// The load bands of a record as the engine assigns them: {concurrency_band,
+// input_band} ("" for a dimension turned off, "unknown" when not observed).
+std::array<std::string, 2> bands_of(const DegradationConfig& config, const core::StreamRecord& record);
+
 // Values of an observation per metric, in the engine's units (ms, tokens/s).
 std::array<std::optional<double>, kMetrics> metric_values(const Observation& obs);
 
