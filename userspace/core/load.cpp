@@ -1,6 +1,7 @@
 #include "core/load.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace infertap::core {
 namespace {
@@ -19,11 +20,13 @@ LoadTracker::Scope& LoadTracker::scope_for(const ScopeId& id, TimestampNs ts) {
     it = scopes_.emplace(id.key, Scope{}).first;
     it->second.id = id;
     it->second.last_change = ts;
+    if (!id.cgroup.empty()) {
+      CgroupSample& c = cgroups_[id.cgroup];
+      c.last_used = std::max(c.last_used, ts);  // sampled from the next tick on
+    }
   }
   Scope& s = it->second;
   s.last_used = std::max(s.last_used, ts);
-  if (!id.comm.empty()) s.id.comm = id.comm;
-  if (!id.cgroup.empty()) s.id.cgroup = id.cgroup;
   return s;
 }
 
@@ -50,13 +53,13 @@ std::uint32_t LoadTracker::request_ended(const ScopeId& id, TimestampNs ts) {
   return ahead;
 }
 
-void LoadTracker::request_dropped(const std::string& key) {
+void LoadTracker::request_dropped(std::uint64_t key) {
   auto it = scopes_.find(key);
   if (it != scopes_.end() && it->second.waiting > 0) it->second.waiting -= 1;
 }
 
-void LoadTracker::first_token(const ScopeId& id, Ticket& t, bool was_waiting, TimestampNs ts,
-                              const std::string& client, LoadContext& out) {
+void LoadTracker::first_token(const ScopeId& id, Ticket& t, bool was_waiting, TimestampNs ts, std::uint64_t client,
+                              LoadContext& out) {
   Scope& s = scope_for(id, ts);
   if (was_waiting && s.waiting > 0) s.waiting -= 1;
   set_in_flight(s, s.in_flight + 1, ts);
@@ -66,7 +69,7 @@ void LoadTracker::first_token(const ScopeId& id, Ticket& t, bool was_waiting, Ti
   t.concurrency = s.in_flight;
   out.concurrency = s.in_flight;
   out.waiting = s.waiting;
-  if (!client.empty()) {
+  if (client != 0) {
     auto c = s.clients.find(client);
     if (c == s.clients.end() && s.clients.size() < config_.max_clients_per_scope) {
       c = s.clients.emplace(client, 0).first;
@@ -99,7 +102,7 @@ void LoadTracker::stream_ended(const ScopeId& id, Ticket& t, TimestampNs ts, std
     if (at != s.peaks.end()) peak = std::max(peak, at->second);
     out.concurrency_max = peak;
     set_in_flight(s, s.in_flight > 0 ? s.in_flight - 1 : 0, ts);
-    if (!t.client.empty()) {
+    if (t.client != 0) {
       auto c = s.clients.find(t.client);
       if (c != s.clients.end() && --c->second == 0) s.clients.erase(c);
     }
@@ -107,7 +110,9 @@ void LoadTracker::stream_ended(const ScopeId& id, Ticket& t, TimestampNs ts, std
   }
   s.tokens += tokens;
   out.host_pressure = host_;
-  if (!cgroup.empty()) {
+  if (cgroup == s.id.cgroup) {
+    out.cgroup_pressure = s.cgroup_pressure;  // the scope's own: no lookup
+  } else if (!cgroup.empty()) {
     if (auto c = cgroups_.find(cgroup); c != cgroups_.end()) {
       out.cgroup_pressure = c->second.pressure;
       c->second.last_used = std::max(c->second.last_used, ts);
@@ -149,7 +154,7 @@ void LoadTracker::sample(TimestampNs now, LoadProbe& probe) {
   host_ = probe.host_pressure();
   // The most recently used cgroups and serving processes, at most max_sampled each.
   auto newest = [&](auto& table, auto eligible) {
-    std::vector<std::pair<TimestampNs, std::string>> order;
+    std::vector<std::pair<TimestampNs, typename std::decay_t<decltype(table)>::key_type>> order;
     for (const auto& [key, v] : table) {
       if (eligible(v)) order.emplace_back(v.last_used, key);
     }
@@ -159,6 +164,10 @@ void LoadTracker::sample(TimestampNs now, LoadProbe& probe) {
     order.resize(n);
     return order;
   };
+  for (const auto& [key, s] : scopes_) {
+    if (s.id.cgroup.empty()) continue;
+    if (auto c = cgroups_.find(s.id.cgroup); c != cgroups_.end()) c->second.last_used = std::max(c->second.last_used, s.last_used);
+  }
   const auto cgroups = newest(cgroups_, [](const CgroupSample&) { return true; });
   std::unordered_map<std::string, bool> sampled;
   for (const auto& [used, path] : cgroups) {
@@ -167,6 +176,10 @@ void LoadTracker::sample(TimestampNs now, LoadProbe& probe) {
   }
   for (auto& [path, c] : cgroups_) {
     if (!sampled.count(path)) c.pressure.reset();  // not sampled: no stale numbers
+  }
+  for (auto& [key, s] : scopes_) {
+    const auto c = s.id.cgroup.empty() ? cgroups_.end() : cgroups_.find(s.id.cgroup);
+    s.cgroup_pressure = c == cgroups_.end() ? std::nullopt : c->second.pressure;
   }
   const auto processes = newest(scopes_, [](const Scope& s) { return s.id.process; });
   for (const auto& [used, key] : processes) {

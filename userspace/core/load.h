@@ -112,21 +112,32 @@ class LoadTracker {
  public:
   explicit LoadTracker(LoadConfig config = {}) : config_(config) {}
 
-  // Scopes are named by the caller: a process ("pid:<pid>") or a server
-  // address. `process`: whether it is a serving process (sampled for CPU).
+  // Scopes are named by the caller: a process (process_key) or a server
+  // address (server_key); 0 is none. `process`: whether it is a serving
+  // process (sampled for CPU). The names are kept when the scope is made.
   struct ScopeId {
-    std::string key;
+    std::uint64_t key = 0;
     bool process = false;
     std::uint32_t pid = 0;
     std::string comm, server, cgroup;
   };
+  static std::uint64_t process_key(std::uint32_t pid) { return (1ull << 63) | pid; }
+  // An address (and port: 0 for a client address) as a key: FNV-1a, never 0
+  // and never a process key.
+  static std::uint64_t address_key(const std::uint8_t (&addr)[16], std::uint16_t port) {
+    std::uint64_t h = 1469598103934665603ull;
+    for (std::uint8_t b : addr) h = (h ^ b) * 1099511628211ull;
+    h = (h ^ (port & 0xff)) * 1099511628211ull;
+    h = (h ^ (port >> 8)) * 1099511628211ull;
+    return (h & ~(1ull << 63)) | 1;
+  }
   // A stream's handle on its scope, kept by its assembler.
   struct Ticket {
     bool waiting = false, decoding = false;
     TimestampNs first_token_ns = 0;
     unsigned __int128 area_at_first_token = 0;
     std::uint32_t concurrency = 0;
-    std::string client;
+    std::uint64_t client = 0;
   };
 
   // A request of the scope ended: it waits for its first token. Returns the
@@ -134,10 +145,11 @@ class LoadTracker {
   std::uint32_t request_ended(const ScopeId& scope, TimestampNs ts);
   // A waiting request stopped waiting without a first token (a response that
   // is no stream, a stream that ended without a token, the connection went).
-  void request_dropped(const std::string& scope);
+  void request_dropped(std::uint64_t scope);
   // The stream's first token: it moves from waiting (when it was counted
-  // there) to in flight. Fills concurrency, waiting, client_concurrency.
-  void first_token(const ScopeId& scope, Ticket& ticket, bool was_waiting, TimestampNs ts, const std::string& client,
+  // there) to in flight. Fills concurrency, waiting, client_concurrency
+  // (`client`: address_key of the client's address, 0 = none).
+  void first_token(const ScopeId& scope, Ticket& ticket, bool was_waiting, TimestampNs ts, std::uint64_t client,
                    LoadContext& out);
   // The stream ended: mean and max over its decode phase, the pressure and CPU
   // numbers of the latest samples; its tokens count towards the scope's CPU
@@ -165,7 +177,8 @@ class LoadTracker {
     // (time, value) of in_flight changes, values strictly decreasing: the max
     // since any time is the value of the first entry at or after it.
     std::vector<std::pair<TimestampNs, std::uint32_t>> peaks;
-    std::unordered_map<std::string, std::uint32_t> clients;  // decoding streams per client address
+    std::unordered_map<std::uint64_t, std::uint32_t> clients;  // decoding streams per client address
+    std::optional<Pressure> cgroup_pressure;  // of id.cgroup at the last sample
     std::uint64_t tokens = 0;    // output tokens of its ended streams
     std::deque<CpuSample> cpu;   // samples over cpu_span_ns
   };
@@ -180,7 +193,7 @@ class LoadTracker {
   void forget_idle(TimestampNs now);
 
   LoadConfig config_;
-  std::unordered_map<std::string, Scope> scopes_;
+  std::unordered_map<std::uint64_t, Scope> scopes_;
   std::unordered_map<std::string, CgroupSample> cgroups_;
   std::optional<Pressure> host_;
 };

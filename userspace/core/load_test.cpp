@@ -27,7 +27,7 @@ constexpr std::uint64_t kT0 = 1'000'000'000'000ull;
 
 LoadTracker::ScopeId server(std::uint32_t pid = 7, std::string cgroup = "/srv.slice") {
   LoadTracker::ScopeId id;
-  id.key = "pid:" + std::to_string(pid);
+  id.key = LoadTracker::process_key(pid);
   id.process = true;
   id.pid = pid;
   id.comm = "vllm";
@@ -62,9 +62,9 @@ TEST(Load, ConcurrencyAtFirstTokenAndItsMeanAndMaxOverTheDecodePhase) {
   const auto s = server();
   LoadTracker::Ticket a, b, c;
   LoadContext la, lb, lc;
-  t.first_token(s, a, false, kT0, "", la);
-  t.first_token(s, b, false, kT0 + 10 * kMs, "", lb);
-  t.first_token(s, c, false, kT0 + 20 * kMs, "", lc);
+  t.first_token(s, a, false, kT0, 0, la);
+  t.first_token(s, b, false, kT0 + 10 * kMs, 0, lb);
+  t.first_token(s, c, false, kT0 + 20 * kMs, 0, lc);
   EXPECT_EQ(la.concurrency, 1u);
   EXPECT_EQ(lb.concurrency, 2u);
   EXPECT_EQ(lc.concurrency, 3u);
@@ -81,7 +81,7 @@ TEST(Load, ConcurrencyAtFirstTokenAndItsMeanAndMaxOverTheDecodePhase) {
   // A stream alone after them: the earlier peak is not its own.
   LoadTracker::Ticket d;
   LoadContext ld;
-  t.first_token(s, d, false, kT0 + 60 * kMs, "", ld);
+  t.first_token(s, d, false, kT0 + 60 * kMs, 0, ld);
   t.stream_ended(s, d, kT0 + 70 * kMs, 1, "", ld);
   EXPECT_EQ(ld.concurrency, 1u);
   EXPECT_EQ(ld.concurrency_max, 1u);
@@ -96,11 +96,11 @@ TEST(Load, PeakInsideTheDecodePhaseIsTheMax) {
   const auto s = server();
   LoadTracker::Ticket a;
   LoadContext la;
-  t.first_token(s, a, false, kT0, "", la);
+  t.first_token(s, a, false, kT0, 0, la);
   std::vector<LoadTracker::Ticket> burst(5);
   for (int i = 0; i < 5; ++i) {
     LoadContext l;
-    t.first_token(s, burst[i], false, kT0 + (10 + i) * kMs, "", l);
+    t.first_token(s, burst[i], false, kT0 + (10 + i) * kMs, 0, l);
   }
   for (int i = 0; i < 5; ++i) {
     LoadContext l;
@@ -121,7 +121,7 @@ TEST(Load, RequestsWaitUntilTheirFirstTokenOrUntilDropped) {
   EXPECT_EQ(t.request_ended(s, kT0 + 2), 2u);
   LoadTracker::Ticket a;
   LoadContext la;
-  t.first_token(s, a, true, kT0 + 10 * kMs, "", la);
+  t.first_token(s, a, true, kT0 + 10 * kMs, 0, la);
   EXPECT_EQ(la.waiting, 2u) << "two others still wait";
   EXPECT_EQ(t.scopes()[0].waiting, 2u);
   EXPECT_EQ(t.scopes()[0].in_flight, 1u);
@@ -137,10 +137,10 @@ TEST(Load, ClientConcurrencyCountsOneClientsStreams) {
   const auto s = server();
   std::vector<LoadTracker::Ticket> tickets(4);
   std::vector<LoadContext> l(4);
-  t.first_token(s, tickets[0], false, kT0, "10.0.0.1", l[0]);
-  t.first_token(s, tickets[1], false, kT0 + 1, "10.0.0.1", l[1]);
-  t.first_token(s, tickets[2], false, kT0 + 2, "10.0.0.2", l[2]);
-  t.first_token(s, tickets[3], false, kT0 + 3, "10.0.0.1", l[3]);
+  t.first_token(s, tickets[0], false, kT0, 1, l[0]);
+  t.first_token(s, tickets[1], false, kT0 + 1, 1, l[1]);
+  t.first_token(s, tickets[2], false, kT0 + 2, 2, l[2]);
+  t.first_token(s, tickets[3], false, kT0 + 3, 1, l[3]);
   EXPECT_EQ(l[0].client_concurrency, 1u);
   EXPECT_EQ(l[1].client_concurrency, 2u);
   EXPECT_EQ(l[2].client_concurrency, 1u);
@@ -149,7 +149,7 @@ TEST(Load, ClientConcurrencyCountsOneClientsStreams) {
   t.stream_ended(s, tickets[0], kT0 + 10, 1, "", l[0]);
   LoadTracker::Ticket e;
   LoadContext le;
-  t.first_token(s, e, false, kT0 + 20, "10.0.0.1", le);
+  t.first_token(s, e, false, kT0 + 20, 1, le);
   EXPECT_EQ(le.client_concurrency, 3u);
 }
 
@@ -170,7 +170,7 @@ TEST(Load, PressureAndCpuPerTokenComeFromTheLatestSamples) {
   // First stream: before any sample nothing is known; its cgroup is noted.
   LoadTracker::Ticket a;
   LoadContext la;
-  t.first_token(s, a, false, kT0, "", la);
+  t.first_token(s, a, false, kT0, 0, la);
   t.stream_ended(s, a, kT0 + 100 * kMs, 100, "/srv.slice", la);
   EXPECT_FALSE(la.host_pressure);
   EXPECT_FALSE(la.cgroup_pressure);
@@ -179,7 +179,7 @@ TEST(Load, PressureAndCpuPerTokenComeFromTheLatestSamples) {
   t.sample(kT0 + 1000 * kMs, probe);  // cpu 1000 ms, 100 tokens so far
   LoadTracker::Ticket b;
   LoadContext lb;
-  t.first_token(s, b, false, kT0 + 1100 * kMs, "", lb);
+  t.first_token(s, b, false, kT0 + 1100 * kMs, 0, lb);
   t.stream_ended(s, b, kT0 + 1500 * kMs, 200, "/srv.slice", lb);
   ASSERT_TRUE(lb.host_pressure);
   EXPECT_EQ(lb.host_pressure->cpu_some, 5.0);
@@ -192,7 +192,7 @@ TEST(Load, PressureAndCpuPerTokenComeFromTheLatestSamples) {
   t.sample(kT0 + 2000 * kMs, probe);  // ... for the 200 tokens ended since
   LoadTracker::Ticket c;
   LoadContext lc;
-  t.first_token(s, c, false, kT0 + 2100 * kMs, "", lc);
+  t.first_token(s, c, false, kT0 + 2100 * kMs, 0, lc);
   t.stream_ended(s, c, kT0 + 2200 * kMs, 10, "/srv.slice", lc);
   ASSERT_TRUE(lc.cpu_ms_per_token);
   EXPECT_NEAR(*lc.cpu_ms_per_token, 0.5, 1e-9);
@@ -217,15 +217,16 @@ TEST(Load, SamplingIsBounded) {
     const auto s = server(pid, "/c" + std::to_string(pid));
     LoadTracker::Ticket k;
     LoadContext l;
-    t.first_token(s, k, false, kT0 + pid * kMs, "", l);
+    t.first_token(s, k, false, kT0 + pid * kMs, 0, l);
     t.stream_ended(s, k, kT0 + pid * kMs + 1, 1, "/c" + std::to_string(pid), l);
   }
   LoadTracker::ScopeId client;
-  client.key = "server:10.0.0.9:8000";
+  const std::uint8_t addr[16] = {10, 0, 0, 9};
+  client.key = LoadTracker::address_key(addr, 8000);
   client.server = "10.0.0.9:8000";
   LoadTracker::Ticket k;
   LoadContext l;
-  t.first_token(client, k, false, kT0 + 10 * kMs, "", l);
+  t.first_token(client, k, false, kT0 + 10 * kMs, 0, l);
   t.sample(kT0 + 20 * kMs, probe);
   EXPECT_EQ(probe.cgroups_read, (std::vector<std::string>{"/c5", "/c4"}));
   EXPECT_EQ(probe.pids_read, (std::vector<std::uint32_t>{5, 4}));

@@ -25,7 +25,7 @@ StreamAssembler::StreamAssembler(const ConnIdentity& identity, const PipelineCon
 
 // A connection that goes away leaves nothing counted in its scope.
 StreamAssembler::~StreamAssembler() {
-  if (!load_ || scope_.key.empty()) return;
+  if (!load_ || scope_.key == 0) return;
   for (std::size_t i = 0; i < pending_waits_.size(); ++i) load_->request_dropped(scope_.key);
   if (active_) {
     if (active_->waiting) load_->request_dropped(scope_.key);
@@ -41,20 +41,25 @@ void StreamAssembler::set_role(Role role) {
   if (!load_) return;
   scope_ = {};
   if (role == Role::server) {
-    scope_.key = "pid:" + std::to_string(identity_.pid);
+    scope_.key = LoadTracker::process_key(identity_.pid);
     scope_.process = true;
     scope_.pid = identity_.pid;
     scope_.comm = identity_.comm;
     scope_.cgroup = identity_.cgroup_path;
-    client_ = address_of(identity_.remote);
+    std::uint8_t addr[16];
+    std::copy(identity_.remote.addr.begin(), identity_.remote.addr.end(), addr);
+    client_ = LoadTracker::address_key(addr, 0);
   } else if (role == Role::client) {
+    std::uint8_t addr[16];
+    std::copy(identity_.remote.addr.begin(), identity_.remote.addr.end(), addr);
+    scope_.key = LoadTracker::address_key(addr, identity_.remote.port);
     scope_.server = identity_.remote.to_string();
-    scope_.key = "server:" + scope_.server;
+    scope_.cgroup = identity_.cgroup_path;
   }
 }
 
 void StreamAssembler::on_request_end(const protocol::RequestInfo& request) {
-  if (!load_ || scope_.key.empty() || pending_waits_.size() >= kMaxPendingWaits) return;
+  if (!load_ || scope_.key == 0 || pending_waits_.size() >= kMaxPendingWaits) return;
   pending_waits_.push_back(load_->request_ended(scope_, request.end_ns));
 }
 
@@ -110,7 +115,7 @@ void StreamAssembler::start(const protocol::ResponseInfo& response) {
   a.hash_events = census_.has_other_role(identity_.pid, role_);
   r.timeline.reserve(64);  // a typical stream's events without regrowing from 1
   piece_first_event_ = 0;
-  r.load.scope = scope_.key.empty() ? "" : (scope_.process ? "process" : "server");
+  if (scope_.key != 0) r.load.scope = scope_.process ? "process" : "server";
   r.load.server_version = response.server_version;
   if (load_ && !pending_waits_.empty() && !response.joined_midstream) {
     a.waiting = true;
@@ -180,7 +185,7 @@ void StreamAssembler::note_meaning(Active& a, const protocol::StreamEvent& e, co
       // Once per stream: the load it starts decoding under.
       r.first_token_ns = e.ts;
       r.load.system_fingerprint = meaning.system_fingerprint;
-      if (load_ && !scope_.key.empty()) {
+      if (load_ && scope_.key != 0) {
         load_->first_token(scope_, a.ticket, a.waiting, e.ts, client_, r.load);
         a.waiting = false;
       }
@@ -245,7 +250,7 @@ void StreamAssembler::finish(TimestampNs ts, StreamEnd reason) {
   r.end = a.saw_done ? StreamEnd::complete : reason;
   r.end_ns = ts;
   compute_metrics(r, a.usage_completion_tokens, config_);
-  if (load_ && !scope_.key.empty()) {
+  if (load_ && scope_.key != 0) {
     if (a.waiting) load_->request_dropped(scope_.key);  // ended without a token
     load_->stream_ended(scope_, a.ticket, ts, r.metrics.tokens, identity_.cgroup_path, r.load);
   }

@@ -113,7 +113,7 @@ class StreamAssembler : public protocol::ExchangeSink {
   // already waiting when it ended).
   LoadTracker* load_ = nullptr;
   LoadTracker::ScopeId scope_;
-  std::string client_;  // server role: the client's address, without port
+  std::uint64_t client_ = 0;  // server role: the client's address (LoadTracker::address_key, port 0)
   std::deque<std::uint32_t> pending_waits_;
 };
 
