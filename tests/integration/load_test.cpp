@@ -344,8 +344,10 @@ TEST_F(LoadContext, CpuHogInTheServersCgroupRaisesItsPressureInTheRecords) {
   ASSERT_GE(before.size(), 5u) << "records before the hog carry the cgroup's PSI";
   ASSERT_GE(during.size(), 5u);
   std::fprintf(stderr, "cgroup cpu some avg10: median %.2f before, %.2f during the hog\n", median(before), median(during));
-  EXPECT_GE(median(during), 20.0);
-  EXPECT_GE(median(during), median(before) + 15.0);
+  // 4 workers on this host's CPUs keep the cgroup's runnable tasks waiting
+  // most of the time; avg10 is at about half its level 4-8 s in.
+  EXPECT_GE(median(during), 15.0);
+  EXPECT_GE(median(during), median(before) + 10.0);
   EXPECT_FALSE(cpu_per_token.empty()) << "the server's CPU time per token is sampled";
   for (const json& r : of_type(lines, "stream")) {
     if (r["role"] == "server") {

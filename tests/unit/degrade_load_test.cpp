@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/format.h"
 #include "core/metrics.h"
 #include "daemon/config.h"
 #include "daemon/metrics.h"
@@ -475,6 +476,24 @@ TEST(DegradeLeads, HostPressureAndCpuPerToken) {
   }
   EXPECT_TRUE(found) << j.dump();
   EXPECT_TRUE(j["cohort"]["concurrency_band"].is_null()) << "bands off: null";
+}
+
+// `infertap alerts` shows the leads of the active alerts and the reviews.
+TEST(DegradeLeads, TheAlertsTextShowsLeadsAndReviews) {
+  Harness h(config());
+  h.run(4, 10, healthy());
+  Observation broken = slow_decode();
+  broken.identity.system_fingerprint = "fp_b";
+  broken.load.concurrency = 20;
+  h.run(5, 10, broken);
+  const json response = alerts_response(h.engine(), output::WallClock(0), "node");
+  const std::string text = cli::format_alerts(response);
+  EXPECT_NE(text.find("leads of the active alerts"), std::string::npos) << text;
+  EXPECT_NE(text.find("decode-stage pressure may be contributing: concurrency 4 -> 20"), std::string::npos) << text;
+  EXPECT_NE(text.find("compare with the prior baseline: system_fingerprint fp_a -> fp_b"), std::string::npos) << text;
+  EXPECT_NE(text.find("started: system_fingerprint fp_a -> fp_b"), std::string::npos) << text;
+  ASSERT_EQ(response["reviews_recent"].size(), 1u);
+  EXPECT_EQ(response["cohorts"][0]["identity"]["system_fingerprint"], "fp_b");
 }
 
 // ---- abuse ---------------------------------------------------------------------------------
