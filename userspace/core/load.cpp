@@ -20,7 +20,7 @@ LoadTracker::Scope& LoadTracker::scope_for(const ScopeId& id, TimestampNs ts) {
     it = scopes_.emplace(id.key, Scope{}).first;
     it->second.id = id;
     it->second.last_change = ts;
-    if (!id.cgroup.empty()) {
+    if (!id.cgroup.empty() && (cgroups_.size() < kMaxScopes || cgroups_.count(id.cgroup))) {
       CgroupSample& c = cgroups_[id.cgroup];
       c.last_used = std::max(c.last_used, ts);  // sampled from the next tick on
     }
@@ -116,7 +116,7 @@ void LoadTracker::stream_ended(const ScopeId& id, Ticket& t, TimestampNs ts, std
     if (auto c = cgroups_.find(cgroup); c != cgroups_.end()) {
       out.cgroup_pressure = c->second.pressure;
       c->second.last_used = std::max(c->second.last_used, ts);
-    } else {
+    } else if (cgroups_.size() < kMaxScopes) {
       cgroups_.emplace(cgroup, CgroupSample{std::nullopt, ts});  // sampled from the next tick on
     }
   }
