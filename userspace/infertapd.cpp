@@ -29,6 +29,7 @@
 #include "daemon/api.h"
 #include "daemon/config.h"
 #include "daemon/http_server.h"
+#include "daemon/load_probe.h"
 #include "daemon/metrics.h"
 #include "daemon/sink.h"
 #include "daemon/store.h"
@@ -177,6 +178,10 @@ daemon::MetricsConfig metrics_config(const daemon::DaemonConfig& config) {
   daemon::MetricsConfig m;
   m.max_label_values = config.metrics.max_label_values;
   m.max_series_per_family = config.metrics.max_series_per_family;
+  m.band_labels = config.metrics.band_labels;
+  if (m.band_labels) {
+    m.band_of = [bands = config.degradation](const core::StreamRecord& r) { return degrade::bands_of(bands, r); };
+  }
   return m;
 }
 
@@ -236,6 +241,7 @@ class Agent {
         log_new_notes();
         reconcile_after_loss(now);
         pipeline_->expire(now);
+        pipeline_->sample_load(now);  // PSI and CPU time: once a second, never per event
         degradation_.tick(now);
         refresh();
         report_drops(now);
@@ -377,6 +383,8 @@ class Agent {
       return true;
     });
     handler_ = [this](std::span<const std::uint8_t> record) { pipeline_->on_record(record); };
+    pipeline_->set_load_probe(&load_probe_);
+    pipeline_->sample_load(base::monotonic_ns());
   }
 
   // A finished stream: to the output, the metrics, degradation, and the store (last: it keeps it).
@@ -396,9 +404,14 @@ class Agent {
     std::vector<daemon::CohortStateSample> cohorts;
     for (const degrade::CohortGauge& g : degradation_.gauges()) {
       cohorts.push_back({std::string(degrade::to_string(g.key.vantage)), g.key.model, g.key.route, g.key.process,
-                         g.key.length_class, g.degraded});
+                         g.key.length_class, g.degraded, g.key.concurrency_band, g.key.input_band});
     }
     metrics_.set_degradation(cohorts, degradation_.active_abuse());
+    std::vector<daemon::ProcessLoadSample> load;
+    for (const core::ScopeLoad& s : pipeline_->load_scopes()) {
+      if (s.scope == "process") load.push_back({s.comm, s.in_flight, s.waiting});
+    }
+    metrics_.set_load(load);
     std::lock_guard<std::mutex> lock(status_mu_);
     status_["counters"] = counters_json(kernel, pipeline_->counters(), sink);
     if (http_) status_["counters"]["http"] = table_json(http_->counters());
@@ -472,6 +485,7 @@ class Agent {
   std::unique_ptr<daemon::ApiServer> api_;
   std::unique_ptr<core::Pipeline> pipeline_;
   daemon::WorkloadResolver workloads_;
+  daemon::ProcLoadProbe load_probe_{"/proc", daemon::cgroup2_mount_point()};
   capture::Capture::RecordHandler handler_;
 };
 

@@ -791,7 +791,7 @@ TEST(DegradeConfig, BadValuesAreClearErrors) {
             "unknown key 'degradation.window' (line 2); known keys in degradation: enabled, window_s, min_streams, "
             "breach_share, recovery_share, enter_windows, exit_windows, stale_windows, objective_ratio, baseline_ratio, "
             "latency_floor_ms, lag_floor_ms, rate_floor_tokens_per_s, baseline, warmup_windows, history_windows, "
-            "length_classes, objectives, max_cohorts, recent_alerts, abuse");
+            "length_classes, concurrency_bands, input_bands, objectives, max_cohorts, recent_alerts, abuse");
   EXPECT_EQ(error_of("degradation:\n  window_s: 0\n"), "degradation.window_s: must be 0.1..86400, got 0 (line 2)");
   EXPECT_EQ(error_of("degradation:\n  min_streams: many\n"),
             "degradation.min_streams: must be an integer 1..1000000, got 'many' (line 2)");

@@ -72,6 +72,16 @@ TEST(Schema, JsonSchemaAndDocumentListTheSameTimelineFields) {
   EXPECT_EQ(keys(items["properties"]), table_fields(repo_file("docs/schema.md"), "### Timeline entries"));
 }
 
+TEST(Schema, JsonSchemaAndDocumentListTheSameLoadFields) {
+  const json schema = load_schema();
+  const json load = schema["properties"]["load"];
+  ASSERT_TRUE(load.contains("properties"));
+  EXPECT_EQ(keys(load["properties"]), table_fields(repo_file("docs/schema.md"), "### `load`"));
+  std::set<std::string> required;
+  for (const auto& k : load["required"]) required.insert(k.get<std::string>());
+  EXPECT_EQ(required, keys(load["properties"]));
+}
+
 // The renderer writes every required field and nothing the schema lacks.
 TEST(Schema, RenderedRecordHasExactlyTheSchemaFields) {
   const json schema = load_schema();
@@ -93,6 +103,45 @@ TEST(Schema, RenderedRecordHasExactlyTheSchemaFields) {
   without_timeline.erase("timeline");
   EXPECT_EQ(required, without_timeline) << "every field but the optional timeline is required";
   EXPECT_EQ(keys(line["timeline"][0]), keys(schema["properties"]["timeline"]["items"]["properties"]));
+  EXPECT_EQ(keys(line["load"]), keys(schema["properties"]["load"]["properties"]));
+}
+
+// Every load field is null when nothing was observed, never 0; observed
+// values and pressure objects are written as measured.
+TEST(Schema, LoadIsNullWhenNotObservedAndNumbersWhenItWas) {
+  core::StreamRecord r;
+  r.role = core::Role::server;
+  json line = json::parse(output::render_stream(r, output::WallClock{}, output::RenderOptions{}));
+  for (const auto& [k, v] : line["load"].items()) EXPECT_TRUE(v.is_null()) << k << " = " << v.dump();
+  r.load.scope = "process";
+  r.load.concurrency = 3;
+  r.load.concurrency_mean = 2.5;
+  r.load.concurrency_max = 4;
+  r.load.waiting = 0;
+  r.load.input_tokens = 812;
+  r.load.request_bytes = 3301;
+  r.load.include_usage = true;
+  r.load.system_fingerprint = "fp_1";
+  core::Pressure p;
+  p.cpu_some = 12.5;
+  r.load.host_pressure = p;
+  r.load.cpu_ms_per_token = 0.25;
+  line = json::parse(output::render_stream(r, output::WallClock{}, output::RenderOptions{}));
+  const json& l = line["load"];
+  EXPECT_EQ(l["scope"], "process");
+  EXPECT_EQ(l["concurrency"], 3);
+  EXPECT_EQ(l["concurrency_mean"], 2.5);
+  EXPECT_EQ(l["concurrency_max"], 4);
+  EXPECT_EQ(l["waiting"], 0) << "a count of 0 observed is 0";
+  EXPECT_TRUE(l["waiting_at_request"].is_null());
+  EXPECT_EQ(l["input_tokens"], 812);
+  EXPECT_EQ(l["request_bytes"], 3301);
+  EXPECT_EQ(l["include_usage"], true);
+  EXPECT_EQ(l["system_fingerprint"], "fp_1");
+  EXPECT_EQ(l["host_psi"]["cpu_some"], 12.5);
+  EXPECT_TRUE(l["host_psi"]["io_full"].is_null());
+  EXPECT_TRUE(l["cgroup_psi"].is_null());
+  EXPECT_EQ(l["cpu_ms_per_token"], 0.25);
 }
 
 }  // namespace

@@ -475,8 +475,40 @@ std::string format_status(const json& response) {
 namespace {
 
 std::string cohort_text(const json& c) {
-  return str(c, "model", "-") + " " + str(c, "route", "-") + " " + str(c, "process", "-") + " " +
-         str(c, "vantage", "-") + " " + str(c, "length_class", "-");
+  std::string out = str(c, "model", "-") + " " + str(c, "route", "-") + " " + str(c, "process", "-") + " " +
+                    str(c, "vantage", "-") + " " + str(c, "length_class", "-");
+  // Load bands, when the dimensions are on.
+  for (const char* band : {"concurrency_band", "input_band"}) {
+    if (c.contains(band) && c[band].is_string()) out += " " + c[band].get<std::string>();
+  }
+  return out;
+}
+
+// "  alert 3: decode-stage pressure may be contributing: concurrency 1 -> 30 ..." per lead.
+std::string leads_text(const json& alerts) {
+  std::string out;
+  for (const json& a : alerts) {
+    for (const json& l : a.value("leads", json::array())) {
+      out += "  alert " + str(a, "alert_id", "-") + ": " + str(l, "says", "-") + "\n";
+    }
+  }
+  return out.empty() ? out : "leads of the active alerts (what to check, not verdicts):\n" + out;
+}
+
+// "  review 4 started: system_fingerprint fp_a -> fp_b (llama /v1/chat/completions ...)"
+std::string reviews_text(const json& reviews) {
+  std::string out;
+  for (const json& r : reviews) {
+    std::string what;
+    for (const json& f : r.value("changed", json::array())) {
+      const std::string field = f.get<std::string>();
+      what += (what.empty() ? "" : ", ") + field + " " + str(r.value("from", json::object()), field.c_str(), "-") +
+              " -> " + str(r.value("to", json::object()), field.c_str(), "-");
+    }
+    out += "  review " + str(r, "review_id", "-") + " " + str(r, "state", "-") + ": " + what + " (" +
+           cohort_text(r.value("cohort", json::object())) + ")\n";
+  }
+  return out;
 }
 
 // "tokens_per_s 9.8 (objective 20, baseline 31.2; 92% of 40)"
@@ -528,6 +560,10 @@ std::string format_alerts(const json& response) {
   out += "\nabuse signals: " + std::to_string(abuse.size()) + " active, " + std::to_string(abuse_recent.size()) +
          " recent\n";
   if (!abuse_recent.empty()) out += abuse_table(abuse_recent);
+  const std::string leads = leads_text(response.value("active", json::array()));
+  if (!leads.empty()) out += "\n" + leads;
+  const json reviews = response.value("reviews_recent", json::array());
+  if (!reviews.empty()) out += "\nbaseline reviews, newest first:\n" + reviews_text(reviews);
   return out;
 }
 

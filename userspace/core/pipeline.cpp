@@ -211,7 +211,7 @@ Connection* Pipeline::open_connection(const capture::IoEvent& event) {
     return nullptr;
   }
   ++counters_.connections_opened;
-  auto conn = std::make_unique<Connection>(std::move(id), config_, counters_, live_.census());
+  auto conn = std::make_unique<Connection>(std::move(id), config_, counters_, live_.census(), &load_);
   Connection* raw = conn.get();
   live_.add(*raw);
   connections_.emplace(h.sock_id, std::move(conn));

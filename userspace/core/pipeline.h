@@ -23,6 +23,7 @@
 #include "core/conn/connection.h"
 #include "core/conn/tls_unbound.h"
 #include "core/live_index.h"
+#include "core/load.h"
 #include "core/path/joiner.h"
 #include "core/types.h"
 
@@ -91,6 +92,16 @@ class Pipeline {
   using ForgetSocket = std::function<void(std::uint64_t sock_id)>;
   void set_forget(ForgetSocket forget) { forget_ = std::move(forget); }
 
+  // Once a second: host and cgroup pressure and the serving processes' CPU
+  // time, for the load context of the records that end next (core/load.h).
+  // Without a probe, records carry no pressure or CPU numbers.
+  void set_load_probe(LoadProbe* probe) { load_probe_ = probe; }
+  void sample_load(TimestampNs now) {
+    if (load_probe_) load_.sample(now, *load_probe_);
+  }
+  // In-flight streams and waiting requests per scope now.
+  std::vector<ScopeLoad> load_scopes() const { return load_.scopes(); }
+
   const PipelineCounters& counters() const { return counters_; }
   std::size_t connection_count() const { return connections_.size(); }
   const PipelineConfig& config() const { return config_; }
@@ -115,6 +126,8 @@ class Pipeline {
   CgroupLookup cgroup_lookup_;
   CommLookup comm_lookup_;
   PipelineCounters counters_;
+  LoadTracker load_;  // before the connections: theirs is kept here until they go
+  LoadProbe* load_probe_ = nullptr;
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
   std::uint64_t next_generation_ = 0;  // connection generations are unique per agent run
   std::unordered_map<std::uint32_t, std::string> cgroup_cache_;

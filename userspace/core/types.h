@@ -11,6 +11,7 @@
 
 #include "base/clock.h"
 #include "core/counters.h"
+#include "core/load.h"
 #include "protocol/exchange.h"
 #include "protocol/payload/interpreter.h"
 
@@ -240,6 +241,7 @@ struct StreamRecord {
   std::vector<TimelineEvent> timeline;  // always kept; rendered only on request
   std::vector<PathTimes> path_times;    // parallel to timeline; empty when nothing past this socket was seen
   TcpContext tcp;
+  LoadContext load;                  // the load it ran under (core/load.h)
   std::string peer_stream_id;        // the traced other end of this TCP connection
   // Set once, when the record is joined; shared (not inline) because every
   // stream in flight carries a StreamRecord and few have these.

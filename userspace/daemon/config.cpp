@@ -391,6 +391,7 @@ std::vector<Option> make_options() {
              F::value, "TLS and basic auth of /metrics, as Prometheus exporters' web configuration file"),
       option("metrics.max_label_values", integer(FIELD(metrics.max_label_values), 1, 10'000)),
       option("metrics.max_series_per_family", integer(FIELD(metrics.max_series_per_family), 1, 1'000'000)),
+      option("metrics.band_labels", boolean(FIELD(metrics.band_labels))),
       option("kubernetes.pods_dir", text(FIELD(kubernetes.pods_dir), "DIR", directory_problem)),
       option("kubernetes.containers_dir", text(FIELD(kubernetes.containers_dir), "DIR", directory_problem)),
       option("formats", {formats_section(), ""}),

@@ -67,6 +67,7 @@ struct MetricsSettings {
   std::string web_config_file;          // TLS and basic auth (daemon/web_security.h); "" = none
   std::size_t max_label_values = 50;    // distinct values per label before "other"
   std::size_t max_series_per_family = 100;  // series per stream family before its overflow series
+  bool band_labels = false;  // the cohort gauge carries concurrency_band and input_band
 };
 
 struct LimitSettings {

@@ -142,6 +142,11 @@ std::string render_labels(const LabelValues& values, const std::string_view* nam
 }
 
 std::string render_labels(const LabelValues& values, LabelSet set, std::string_view extra_name = {}) {
+  // infertap_* histograms with metrics.band_labels: the two bands after the four labels.
+  static constexpr std::string_view kBanded[] = {"vantage", "model", "route", "process", "concurrency_band", "input_band"};
+  if (set == LabelSet::infertap && extra_name.empty() && values.size() == std::size(kBanded)) {
+    return render_labels(values, kBanded, std::size(kBanded));
+  }
   return set == LabelSet::gen_ai
              ? render_labels(values, MetricsRegistry::kGenAiLabelNames, MetricsRegistry::kGenAiLabels, extra_name)
              : render_labels(values, MetricsRegistry::kLabelNames, MetricsRegistry::kLabels, extra_name);
@@ -208,9 +213,17 @@ void write_degradation_metrics(Writer& w, const State& s) {
   w.family("infertap_degradation_cohort_degraded", "gauge",
            "Degradation cohorts: 1 while degraded, 0 while judged healthy or learning (docs/degradation.md).");
   for (const auto& [values, v] : s.cohort_degraded.series) {
-    line(w.out(), "infertap_degradation_cohort_degraded", render_labels(values, LabelSet::infertap, "length_class"),
+    static constexpr std::string_view kCohortLabels[] = {"vantage", "model", "route", "process", "length_class",
+                                                         "concurrency_band", "input_band"};
+    line(w.out(), "infertap_degradation_cohort_degraded", render_labels(values, kCohortLabels, std::size(kCohortLabels)),
          {}, std::to_string(v));
   }
+  w.family("infertap_streams_in_flight", "gauge",
+           "Streams of the serving processes of this name between their first token and their end, now.");
+  for (const auto& [process, load] : s.process_load) w.sample("infertap_streams_in_flight", {{"process", process}}, load.first);
+  w.family("infertap_requests_waiting", "gauge",
+           "Requests to the serving processes of this name whose request ended with no first token yet, now.");
+  for (const auto& [process, load] : s.process_load) w.sample("infertap_requests_waiting", {{"process", process}}, load.second);
   w.family("infertap_abuse_signals_active", "gauge",
            "Clients holding a disproportionate share of a process's decode time now (docs/degradation.md).");
   w.sample("infertap_abuse_signals_active", {}, s.abuse_active);
@@ -341,11 +354,19 @@ void MetricsRegistry::observe(const core::StreamRecord& record) {
   // Everything that does not touch shared state happens before the lock.
   metrics_detail::RecordDeltas d = metrics_detail::deltas_of(record, config_);
   metrics_detail::RecordLabels& raw = d.labels;
+  std::array<std::string, 2> bands;
+  const bool banded = config_.band_labels && config_.band_of;
+  if (banded) bands = config_.band_of(record);
 
   std::lock_guard<std::mutex> lock(mu_);
   const std::string route = cap_label("route", std::move(raw.route));
   const std::string process = cap_label("process", std::move(raw.process));
   const LabelValues infertap = {{}, cap_label("model", std::move(raw.model)), route, process};
+  LabelValues infertap_banded = infertap;
+  if (banded) {
+    infertap_banded.push_back(cap_label("concurrency_band", metrics_detail::label_value(bands[0], config_.max_label_bytes)));
+    infertap_banded.push_back(cap_label("input_band", metrics_detail::label_value(bands[1], config_.max_label_bytes)));
+  }
   const LabelValues gen_ai = {{},
                               std::string(raw.operation),
                               cap_label("gen_ai_provider_name", std::move(raw.provider)),
@@ -356,7 +377,7 @@ void MetricsRegistry::observe(const core::StreamRecord& record) {
                               process};
   for (const metrics_detail::HistogramDelta& h : d.histograms) {
     const bool otel = metrics_detail::spec_of(h.family).labels == LabelSet::gen_ai;
-    LabelValues labels = otel ? gen_ai : infertap;
+    LabelValues labels = otel ? gen_ai : infertap_banded;
     labels[0] = h.vantage;
     Histogram& into = series(state_.histograms[static_cast<std::size_t>(h.family)], std::move(labels),
                              otel ? kGenAiLabels : kLabels);
@@ -397,11 +418,26 @@ void MetricsRegistry::set_degradation(const std::vector<CohortStateSample>& coho
       labels.push_back(cap_label(name, metrics_detail::label_value(*value, config_.max_label_bytes), false));
     }
     labels.push_back(metrics_detail::label_value(c.length_class, config_.max_label_bytes));
+    if (config_.band_labels) {
+      labels.push_back(cap_label("concurrency_band", metrics_detail::label_value(c.concurrency_band, config_.max_label_bytes), false));
+      labels.push_back(cap_label("input_band", metrics_detail::label_value(c.input_band, config_.max_label_bytes), false));
+    }
     std::uint64_t& g = series(state_.cohort_degraded, std::move(labels), kLabels);
     g = std::max<std::uint64_t>(g, c.degraded ? 1 : 0);
   }
   state_.cohort_degraded.folded = 0;
   state_.abuse_active = abuse_active;
+  ++version_;
+}
+
+void MetricsRegistry::set_load(const std::vector<ProcessLoadSample>& processes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_.process_load.clear();
+  for (const ProcessLoadSample& p : processes) {
+    auto& v = state_.process_load[cap_label("process", metrics_detail::label_value(p.process, config_.max_label_bytes), false)];
+    v.first += p.in_flight;
+    v.second += p.waiting;
+  }
   ++version_;
 }
 

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -43,6 +44,13 @@ struct MetricsConfig {
   // label such as `end` or `cause` kept, every other label "other") and
   // counted in infertap_series_overflow_total{family=...}.
   std::size_t max_series_per_family = 100;
+  // The degradation cohort gauge and the infertap_* histograms (ITL, rate,
+  // lag) also carry the load bands (concurrency_band, input_band;
+  // docs/degradation.md#cohorts), capped like the other labels and within
+  // the same series budget. Off by default: a series per band multiplies them.
+  bool band_labels = false;
+  // A record's bands, as the degradation engine assigns them (set with band_labels).
+  std::function<std::array<std::string, 2>(const core::StreamRecord&)> band_of;
   // Upper bounds (seconds / tokens per second), strictly increasing; +Inf is implicit.
   std::vector<double> latency_buckets = default_latency_buckets();    // TTFT, TPOT, ITL, chunk gaps, lag
   std::vector<double> duration_buckets = default_duration_buckets();  // e2e
@@ -57,6 +65,14 @@ struct MetricsConfig {
 struct CohortStateSample {
   std::string vantage, model, route, process, length_class;
   bool degraded = false;
+  std::string concurrency_band, input_band;  // "" when the dimension is off
+};
+
+// Streams in flight and requests waiting for their first token of the
+// serving processes of one name now (core::ScopeLoad, summed by name).
+struct ProcessLoadSample {
+  std::string process;
+  std::uint64_t in_flight = 0, waiting = 0;
 };
 
 // Values the registry cannot read itself, passed with the counter tables.
@@ -117,6 +133,10 @@ class MetricsRegistry {
   // Replace the degradation cohort states and the count of active abuse
   // signals. Labels share the per-stream label caps and the series budget. Thread-safe.
   void set_degradation(const std::vector<CohortStateSample>& cohorts, std::uint64_t abuse_active);
+  // Replace the in-flight and waiting gauges (infertap_streams_in_flight,
+  // infertap_requests_waiting), one series per process name under the
+  // process label's cap. Thread-safe.
+  void set_load(const std::vector<ProcessLoadSample>& processes);
 
   // Text exposition format 0.0.4, as one immutable buffer every caller
   // shares: a scrape that arrives while another is rendering waits for that
@@ -155,7 +175,8 @@ class MetricsRegistry {
     core::PipelineCounters pipeline;
     SinkCounters sink;
     SelfExtra extra;
-    metrics_detail::Family<std::uint64_t> cohort_degraded;  // infertap labels + length_class
+    metrics_detail::Family<std::uint64_t> cohort_degraded;  // infertap labels + length_class (+ bands)
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> process_load;  // process -> in flight, waiting
     std::uint64_t abuse_active = 0;
   };
 

@@ -87,9 +87,13 @@ void read_length_class(base::YamlReader& r, const Node& n, const std::string& ke
   out.push_back(lc);
 }
 
-void read_length_classes(base::YamlReader& r, const Node& n, const std::string& key, DegradationConfig& c) {
-  if (!n.IsSequence() || n.size() == 0) {
-    r.fail(n, key, "must be a non-empty list of {name, below} (the last without below)");
+// A list of {name, below} classes, the last without below; `may_be_empty`: [] turns the dimension off.
+void read_classes(base::YamlReader& r, const Node& n, const std::string& key, bool may_be_empty,
+                  std::vector<LengthClass>& out) {
+  if (!n.IsSequence() || (n.size() == 0 && !may_be_empty)) {
+    r.fail(n, key,
+           may_be_empty ? "must be a list of {name, below} (the last without below), or [] to turn it off"
+                        : "must be a non-empty list of {name, below} (the last without below)");
     return;
   }
   std::vector<LengthClass> classes;
@@ -98,7 +102,17 @@ void read_length_classes(base::YamlReader& r, const Node& n, const std::string& 
     read_length_class(r, n[i], key + "[" + std::to_string(i) + "]", i + 1 == n.size(),
                       classes.empty() ? nullptr : &classes.back(), names, classes);
   }
-  c.length_classes = std::move(classes);
+  out = std::move(classes);
+}
+
+void read_length_classes(base::YamlReader& r, const Node& n, const std::string& key, DegradationConfig& c) {
+  read_classes(r, n, key, false, c.length_classes);
+}
+void read_concurrency_bands(base::YamlReader& r, const Node& n, const std::string& key, DegradationConfig& c) {
+  read_classes(r, n, key, true, c.concurrency_bands);
+}
+void read_input_bands(base::YamlReader& r, const Node& n, const std::string& key, DegradationConfig& c) {
+  read_classes(r, n, key, true, c.input_bands);
 }
 
 // One entry of objectives: its cohort globs, vantage and limits.
@@ -108,6 +122,7 @@ void read_objective(base::YamlReader& r, const Node& n, const std::string& key, 
   Fields known = {text(r, "name", &o.name),       text(r, "model", &o.model),
                   text(r, "route", &o.route),     text(r, "process", &o.process),
                   text(r, "container", &o.container), text(r, "length_class", &o.length_class),
+                  text(r, "concurrency_band", &o.concurrency_band), text(r, "input_band", &o.input_band),
                   {"vantage", [&](const Node& v, const std::string& k) {
                      const auto s = name(r, v, k);
                      if (!s || *s == "any") return;
@@ -196,7 +211,9 @@ void parse_config(const YAML::Node& node, const std::string& key, DegradationCon
             number(r, "rate_floor_tokens_per_s", &c.rate_floor_tokens_per_s, 0, 1e6),
             boolean(r, "baseline", &c.baseline), integer(r, "warmup_windows", &c.warmup_windows, 1, 10'000),
             integer(r, "history_windows", &c.history_windows, 1, 10'000),
-            {"length_classes", section(read_length_classes)}, {"objectives", section(read_objectives)},
+            {"length_classes", section(read_length_classes)},
+            {"concurrency_bands", section(read_concurrency_bands)}, {"input_bands", section(read_input_bands)},
+            {"objectives", section(read_objectives)},
             integer(r, "max_cohorts", &c.max_cohorts, 1, 1'000'000),
             integer(r, "recent_alerts", &c.recent_alerts, 1, 100'000),
             {"abuse", [&](const Node& v, const std::string& k) { read_abuse(r, v, k, c.abuse); }}});

@@ -47,6 +47,7 @@ struct LengthClass {
 struct Objective {
   std::string name;
   std::string model = "*", route = "*", process = "*", container = "*", length_class = "*";
+  std::string concurrency_band = "*", input_band = "*";
   std::optional<Vantage> vantage;  // nullopt = both
   std::array<std::optional<double>, kMetrics> limit{};  // indexed by Metric
   bool operator==(const Objective&) const = default;
@@ -88,6 +89,13 @@ struct DegradationConfig {
   std::uint32_t warmup_windows = 5;
   std::uint32_t history_windows = 30;
   std::vector<LengthClass> length_classes = {{"short", 64}, {"medium", 512}, {"long", std::nullopt}};
+  // Load bands, cohort dimensions like the length class (docs/degradation.md#cohorts):
+  // by the streams in flight at the server during the stream (load.concurrency_mean,
+  // rounded), and by its input size (load.input_tokens, else request_bytes / 4).
+  // Empty: the dimension is off (fewer cohorts).
+  std::vector<LengthClass> concurrency_bands = {
+      {"1", 2}, {"2-8", 9}, {"9-32", 33}, {"33-128", 129}, {">128", std::nullopt}};
+  std::vector<LengthClass> input_bands = {{"<512", 512}, {"512-4k", 4096}, {"4k-32k", 32768}, {">=32k", std::nullopt}};
   std::vector<Objective> objectives;
   std::size_t max_cohorts = 1000;
   std::size_t recent_alerts = 100;

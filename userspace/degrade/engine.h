@@ -25,7 +25,42 @@ struct CohortKey {
   std::string model, route, process, container;
   Vantage vantage = Vantage::server_emit;
   std::string length_class;
+  // Load bands; "" when the dimension is off, "unknown" when the stream's
+  // load was not observed.
+  std::string concurrency_band, input_band;
   auto operator<=>(const CohortKey&) const = default;
+};
+
+// The load context the engine keeps per cohort and window (medians of the
+// streams' numbers, LoadNumbers) and learns like the metrics: what the
+// alerts' leads compare.
+enum class LoadMetric : std::uint8_t { concurrency, waiting, input, cpu_pressure, memory_pressure, cpu_per_token };
+inline constexpr std::size_t kLoadMetrics = 6;
+std::string_view load_metric_name(LoadMetric m);
+
+// An investigative lead of a degraded alert (docs/degradation.md#leads): what
+// the evidence supports checking, with the numbers behind it; never a verdict.
+struct Lead {
+  std::string lead;  // decode_pressure | queueing | input_size | delivery | serving_change | uneven_delivery |
+                     // host_pressure | cpu_per_token
+  std::string says;  // for a person: "decode-stage pressure may be contributing: concurrency 12 -> 48 ..."
+  std::vector<std::pair<std::string, double>> numbers;  // name -> value, in order
+};
+
+// A cohort's serving identity changed (a new model or system_fingerprint or
+// server version): its baseline starts anew. Written when the review starts
+// (the old baseline) and again when the new baseline has warmed up (both).
+struct BaselineReview {
+  std::uint64_t id = 0;
+  bool completed = false;  // false: started
+  CohortKey cohort;
+  ServingIdentity from, to;
+  std::vector<std::string> changed;  // "model", "system_fingerprint", "server_version"
+  core::TimestampNs ts_ns = 0;       // end of the window that decided it
+  core::TimestampNs since_ns = 0;    // start of the first window of the new identity
+  double window_s = 0;
+  std::uint32_t windows = 0;         // completed: healthy windows the new baseline learned from
+  std::array<std::optional<double>, kMetrics> prior{}, baseline{};  // per Metric
 };
 
 // Where the slowdown most likely is: the server already emits slowly
@@ -63,6 +98,7 @@ struct Alert {
   std::map<std::string, std::uint64_t> stall_causes;  // over the breached windows
   std::string dominant_stall_cause;                    // "" = no stalls
   std::vector<Evidence> evidence;  // degraded: the breached metrics; recovered: the same metrics now
+  std::vector<Lead> leads;         // degraded only
 };
 
 struct AbuseSignal {
@@ -76,9 +112,18 @@ struct AbuseSignal {
   double decode_s = 0, process_decode_s = 0;
   std::uint64_t tokens = 0, process_tokens = 0;
   std::uint32_t streams = 0, clients = 0;
+  // Sizes of the client's streams: input (usage tokens, where reported;
+  // request body bytes) and output, per stream; and its share of the
+  // server's streams in flight (mean over its streams of
+  // client_concurrency / concurrency at their first token), and the most it
+  // held at once.
+  std::optional<double> input_tokens_per_stream, request_bytes_per_stream;
+  double output_tokens_per_stream = 0;
+  std::optional<double> concurrency_share;
+  std::optional<double> peak_client_concurrency;
 };
 
-enum class CohortState : std::uint8_t { warming_up, healthy, breaching, degraded };
+enum class CohortState : std::uint8_t { warming_up, healthy, breaching, degraded, reviewing };
 std::string_view to_string(CohortState s);
 
 struct CohortStatus {
@@ -86,6 +131,7 @@ struct CohortStatus {
   CohortState state = CohortState::warming_up;
   std::uint32_t last_streams = 0;  // streams in the last closed window
   std::array<std::optional<double>, kMetrics> baseline{};
+  ServingIdentity identity;
 };
 
 // What the engine counts: X(name, kind, help) makes the field and its key in
@@ -94,7 +140,8 @@ struct CohortStatus {
   X(observations, total, "observations handed to the engine")                              \
   X(windows_closed, total, "evaluation windows closed")                                    \
   X(cohorts_evicted, total, "cohorts dropped at max_cohorts: idle, not degraded, oldest first") \
-  X(cohorts_refused, total, "observations not judged: the cohort table was full of active cohorts")
+  X(cohorts_refused, total, "observations not judged: the cohort table was full of active cohorts") \
+  X(baseline_reviews, total, "baseline reviews started: a cohort's serving identity changed")
 
 struct EngineCounters {
   INFERTAP_COUNTER_FIELDS(INFERTAP_ENGINE_COUNTERS)
@@ -111,17 +158,23 @@ class Engine {
   // Alerts and abuse signals produced since the last call, in order.
   std::vector<Alert> take_alerts();
   std::vector<AbuseSignal> take_abuse();
+  std::vector<BaselineReview> take_reviews();
 
   // State for the API, the CLI and the metrics.
   std::vector<Alert> active_alerts() const;           // the degraded alert of each degraded cohort
   const std::deque<Alert>& recent_alerts() const { return recent_; }  // newest last
   std::vector<AbuseSignal> active_abuse() const;
   const std::deque<AbuseSignal>& recent_abuse() const { return recent_abuse_; }
+  const std::deque<BaselineReview>& recent_reviews() const { return recent_reviews_; }
   std::vector<CohortStatus> cohorts() const;
   const EngineCounters& counters() const { return counters_; }
   const DegradationConfig& config() const { return config_; }
 
   std::string length_class_of(std::uint64_t output_tokens) const;
+  // Band of a stream's load ("" when the dimension is off, "unknown" when not observed).
+  std::string concurrency_band_of(const std::optional<double>& concurrency) const;
+  std::string input_band_of(const std::optional<double>& input_size) const;
+  CohortKey key_of(const Observation& obs) const;
 
  private:
   struct MetricWindow {
@@ -134,13 +187,27 @@ class Engine {
     std::array<Evidence, kMetrics> evidence{};
     std::array<bool, kMetrics> metric_breached{}, metric_present{};
   };
+  // Each field of the serving identity, counted per window.
+  using IdentityCounts = std::array<std::map<std::string, std::uint32_t>, 3>;
   struct Cohort {
     CohortKey key;
     int objective = -1;  // index into config_.objectives, -1 = none
     // current window
     std::array<MetricWindow, kMetrics> win{};
+    std::array<std::vector<double>, kLoadMetrics> load_win{};
     std::uint32_t streams = 0, affected = 0;
     std::map<std::string, std::uint64_t> causes;
+    IdentityCounts identities;
+    // Load context of the last closed window (medians) and its baseline.
+    std::array<std::optional<double>, kLoadMetrics> load_last{};
+    std::array<std::deque<double>, kLoadMetrics> load_history{};
+    std::array<std::optional<double>, kLoadMetrics> load_baseline{};
+    // Serving identity and its review.
+    ServingIdentity identity;
+    bool reviewing = false;
+    BaselineReview review;  // the last one started
+    bool reviewed = false;  // a review was ever started
+    std::uint64_t windows_since_review = 0;
     // across windows
     bool degraded = false;
     std::uint32_t breach_streak = 0, healthy_streak = 0, idle_windows = 0;
@@ -154,6 +221,8 @@ class Engine {
   struct Usage {
     std::uint64_t decode_ns = 0, tokens = 0;
     std::uint32_t streams = 0;
+    double input_tokens = 0, request_bytes = 0, share_sum = 0, peak = 0;
+    std::uint32_t with_input_tokens = 0, with_request_bytes = 0, with_share = 0;
   };
   struct AbuseState {
     bool active = false;
@@ -173,6 +242,13 @@ class Engine {
   void enter_degraded(const CohortKey& key, Cohort& c, core::TimestampNs window_end);
   void recover(Cohort& c, const char* reason, std::uint32_t windows, core::TimestampNs window_end);
   void learn_baseline(Cohort& c);
+  // The window's identity against the cohort's: starts a review on a change.
+  bool review_identity(Cohort& c, core::TimestampNs window_end);
+  void complete_review(Cohort& c, core::TimestampNs window_end);
+  std::vector<Lead> leads_for(const Cohort& c, Layer layer) const;
+  // A reference for a load number: the cohort's own baseline, else the least
+  // loaded learned baseline among the cohorts that differ only in the band of that number.
+  std::optional<double> load_reference(const Cohort& c, LoadMetric m) const;
   // This window's decode share of every client of every process.
   std::map<std::pair<std::string, std::string>, AbuseSignal> usage_signals(core::TimestampNs window_end) const;
   void close_abuse_window(core::TimestampNs window_end);
@@ -191,9 +267,15 @@ class Engine {
   std::vector<AbuseSignal> pending_abuse_;
   std::deque<Alert> recent_;
   std::deque<AbuseSignal> recent_abuse_;
+  std::vector<BaselineReview> pending_reviews_;
+  std::deque<BaselineReview> recent_reviews_;
   std::uint64_t next_id_ = 1;
   EngineCounters counters_;
 };
+
+// The load bands of a record as the engine assigns them: {concurrency_band,
+// input_band} ("" for a dimension turned off, "unknown" when not observed).
+std::array<std::string, 2> bands_of(const DegradationConfig& config, const core::StreamRecord& record);
 
 // Values of an observation per metric, in the engine's units (ms, tokens/s).
 std::array<std::optional<double>, kMetrics> metric_values(const Observation& obs);

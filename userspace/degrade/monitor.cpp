@@ -30,6 +30,7 @@ bool Monitor::reconfigure(const DegradationConfig& config) {
 void Monitor::flush() {
   for (const Alert& a : engine_->take_alerts()) emit_(render_alert(a, clock_, host_));
   for (const AbuseSignal& s : engine_->take_abuse()) emit_(render_abuse(s, clock_, host_));
+  for (const BaselineReview& r : engine_->take_reviews()) emit_(render_review(r, clock_, host_));
 }
 
 nlohmann::json Monitor::alerts_response() const {

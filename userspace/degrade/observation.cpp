@@ -38,6 +38,30 @@ StreamTiming timing_of(const core::StreamMetrics& m) {
 
 }  // namespace
 
+LoadNumbers load_of(const core::LoadContext& l) {
+  LoadNumbers n;
+  if (l.concurrency_mean) {
+    n.concurrency = *l.concurrency_mean;
+  } else if (l.concurrency) {
+    n.concurrency = *l.concurrency;
+  }
+  if (l.waiting_at_request) n.waiting = *l.waiting_at_request;
+  if (l.input_tokens) n.input_tokens = static_cast<double>(*l.input_tokens);
+  if (l.request_bytes) n.request_bytes = static_cast<double>(*l.request_bytes);
+  if (l.client_concurrency) n.client_concurrency = *l.client_concurrency;
+  if (l.client_concurrency && l.concurrency && *l.concurrency > 0)
+    n.client_share = static_cast<double>(*l.client_concurrency) / *l.concurrency;
+  const auto level = [](const std::optional<core::Pressure>& p, auto field) -> std::optional<double> {
+    return p ? (*p).*field : std::nullopt;
+  };
+  n.cpu_pressure = level(l.cgroup_pressure, &core::Pressure::cpu_some);
+  if (!n.cpu_pressure) n.cpu_pressure = level(l.host_pressure, &core::Pressure::cpu_some);
+  n.memory_pressure = level(l.cgroup_pressure, &core::Pressure::memory_some);
+  if (!n.memory_pressure) n.memory_pressure = level(l.host_pressure, &core::Pressure::memory_some);
+  n.cpu_ms_per_token = l.cpu_ms_per_token;
+  return n;
+}
+
 std::optional<DeliveryMetrics> delivery_of(const core::StreamRecord& r) {
   if (!r.delivery) return std::nullopt;
   DeliveryMetrics d = timing_of(r.delivery->metrics);
@@ -66,7 +90,13 @@ std::vector<Observation> observations_from(const core::StreamRecord& r, const st
 
   Observation o;
   o.end_ns = r.end_ns ? r.end_ns : r.last_event_ns;
-  o.model = core::model_of(r);
+  // The model asked for groups the traffic; the one that answered is the
+  // identity a baseline review follows.
+  o.model = !r.request_model.empty() ? r.request_model : core::model_of(r);
+  o.identity.model = r.model;
+  o.identity.system_fingerprint = r.load.system_fingerprint;
+  o.identity.server_version = r.load.server_version;
+  o.load = load_of(r.load);
   o.route = core::route_of(r.path);
   o.process = r.conn.comm;
   o.container = core::container_key(r.conn.cgroup_path);

@@ -34,18 +34,55 @@ struct StreamTiming {
   std::map<std::string, std::uint32_t> stall_causes;  // cause -> stalls in this stream
 };
 
+// What served a stream: a change of any field that both sides know starts a
+// baseline review of the cohort (docs/degradation.md#baseline-review). "" =
+// not known (never a change).
+struct ServingIdentity {
+  std::string model;               // the response's model
+  std::string system_fingerprint;  // OpenAI system_fingerprint
+  std::string server_version;      // Server / x-*-version headers
+  auto operator<=>(const ServingIdentity&) const = default;
+};
+
+// The load a stream ran under, as the engine reads it (core::LoadContext):
+// what places it in its bands, and the context the alerts' leads compare.
+struct LoadNumbers {
+  std::optional<double> concurrency;       // streams in flight at the server: decode-phase mean, else at first token
+  std::optional<double> waiting;           // requests waiting for a first token when its request ended
+  std::optional<double> input_tokens;      // usage prompt/input tokens
+  std::optional<double> request_bytes;     // request body bytes
+  std::optional<double> client_share;      // client_concurrency / concurrency
+  std::optional<double> client_concurrency;  // the client's streams in flight at its first token
+  std::optional<double> cpu_pressure;      // PSI cpu some avg10, the cgroup's else the host's (percent)
+  std::optional<double> memory_pressure;   // PSI memory some avg10, likewise
+  std::optional<double> cpu_ms_per_token;  // the serving process's CPU time per token
+  // Input size in tokens: the usage count, else the request bytes / 4 (about
+  // four bytes of JSON per token of English text).
+  std::optional<double> input_size() const {
+    if (input_tokens) return input_tokens;
+    if (request_bytes) return *request_bytes / 4;
+    return std::nullopt;
+  }
+};
+
 struct Observation : StreamTiming {
   core::TimestampNs end_ns = 0;  // monotonic; the engine's clock comes from observations + tick(now)
+  // The cohort's model: the one the request asked for, else the response's.
   std::string model, route, process, container;
   Vantage vantage = Vantage::server_emit;
   std::uint64_t output_tokens = 0;
   std::string client_addr;  // remote address without port (server_emit records)
+  ServingIdentity identity;
+  LoadNumbers load;
 };
 
 // Client-observed timing of a server record measured at a downstream vantage
 // (ACKs of a remote peer, reads of a local one). Handed to observations_from()
 // together with the record it belongs to.
 using DeliveryMetrics = StreamTiming;
+
+// The engine's view of a record's load context.
+LoadNumbers load_of(const core::LoadContext& load);
 
 // The stall cause name a record's stall is counted under.
 std::string stall_cause_of(const core::Stall& stall);

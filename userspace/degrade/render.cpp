@@ -16,7 +16,36 @@ ojson cohort_json(const CohortKey& k) {
                {"process", k.process},
                {"container", k.container},
                {"vantage", to_string(k.vantage)},
-               {"length_class", k.length_class}};
+               {"length_class", k.length_class},
+               {"concurrency_band", k.concurrency_band.empty() ? ojson(nullptr) : ojson(k.concurrency_band)},
+               {"input_band", k.input_band.empty() ? ojson(nullptr) : ojson(k.input_band)}};
+}
+
+ojson identity_json(const ServingIdentity& id) {
+  const auto text = [](const std::string& s) { return s.empty() ? ojson(nullptr) : ojson(s); };
+  return ojson{{"model", text(id.model)},
+               {"system_fingerprint", text(id.system_fingerprint)},
+               {"server_version", text(id.server_version)}};
+}
+
+ojson per_metric(const std::array<std::optional<double>, kMetrics>& values) {
+  ojson j = ojson::object();
+  for (Metric m : kAllMetrics) {
+    const auto& v = values[static_cast<std::size_t>(m)];
+    j[std::string(metric_name(m))] = v ? ojson(round3(*v)) : ojson(nullptr);
+  }
+  return j;
+}
+
+ojson lead_json(const Lead& l) {
+  ojson numbers = ojson::object();
+  for (const auto& [name, v] : l.numbers) numbers[name] = v;
+  return ojson{{"lead", l.lead}, {"says", l.says}, {"numbers", std::move(numbers)}};
+}
+
+template <class T>
+ojson opt(const std::optional<T>& v) {
+  return v ? ojson(*v) : ojson(nullptr);
 }
 
 ojson evidence_json(const Evidence& e) {
@@ -68,7 +97,41 @@ ojson alert_json(const Alert& a, const output::WallClock& clock, const std::stri
   ojson evidence = ojson::array();
   for (const Evidence& e : a.evidence) evidence.push_back(evidence_json(e));
   j["evidence"] = std::move(evidence);
+  ojson leads = ojson::array();
+  for (const Lead& l : a.leads) leads.push_back(lead_json(l));
+  j["leads"] = std::move(leads);
   return j;
+}
+
+ojson review_json(const BaselineReview& r, const output::WallClock& clock, const std::string& host) {
+  ojson j = record_head("baseline_review", r.ts_ns, clock, host, "review_id", r.id, r.completed ? "completed" : "started");
+  j["cohort"] = cohort_json(r.cohort);
+  j["changed"] = r.changed;
+  j["from"] = identity_json(r.from);
+  j["to"] = identity_json(r.to);
+  j["since"] = clock.rfc3339(r.since_ns);
+  j["since_ns"] = r.since_ns;
+  j["window_s"] = r.window_s;
+  j["windows"] = r.windows;
+  j["prior_baseline"] = per_metric(r.prior);
+  if (r.completed) {
+    j["baseline"] = per_metric(r.baseline);
+    ojson change = ojson::object();
+    for (Metric m : kAllMetrics) {
+      const auto& a = r.prior[static_cast<std::size_t>(m)];
+      const auto& b = r.baseline[static_cast<std::size_t>(m)];
+      change[std::string(metric_name(m))] = a && b && *a > 0 ? ojson(round3(*b / *a)) : ojson(nullptr);
+    }
+    j["change"] = std::move(change);
+  } else {
+    j["baseline"] = nullptr;
+    j["change"] = nullptr;
+  }
+  return j;
+}
+
+std::string render_review(const BaselineReview& r, const output::WallClock& clock, const std::string& host) {
+  return output::dump(review_json(r, clock, host));
 }
 
 ojson abuse_json(const AbuseSignal& s, const output::WallClock& clock, const std::string& host) {
@@ -86,6 +149,11 @@ ojson abuse_json(const AbuseSignal& s, const output::WallClock& clock, const std
   j["process_tokens"] = s.process_tokens;
   j["streams"] = s.streams;
   j["clients"] = s.clients;
+  j["input_tokens_per_stream"] = opt(s.input_tokens_per_stream);
+  j["request_bytes_per_stream"] = opt(s.request_bytes_per_stream);
+  j["output_tokens_per_stream"] = round3(s.output_tokens_per_stream);
+  j["concurrency_share"] = opt(s.concurrency_share);
+  j["peak_client_concurrency"] = opt(s.peak_client_concurrency);
   return j;
 }
 
@@ -120,8 +188,14 @@ json alerts_response(const Engine& engine, const output::WallClock& clock, const
     cohorts.push_back(json{{"cohort", json(cohort_json(c.key))},
                            {"state", to_string(c.state)},
                            {"last_window_streams", c.last_streams},
-                           {"baseline", std::move(baseline)}});
+                           {"baseline", std::move(baseline)},
+                           {"identity", json(identity_json(c.identity))}});
   }
+  json reviews = json::array();
+  for (auto it = engine.recent_reviews().rbegin(); it != engine.recent_reviews().rend(); ++it) {
+    reviews.push_back(json(review_json(*it, clock, host)));
+  }
+  out["reviews_recent"] = std::move(reviews);
   out["active"] = std::move(active);
   out["recent"] = std::move(recent);
   out["abuse_active"] = std::move(abuse_active);

@@ -18,6 +18,9 @@ nlohmann::ordered_json abuse_json(const AbuseSignal& s, const output::WallClock&
 // One NDJSON line, no newline.
 std::string render_alert(const Alert& a, const output::WallClock& clock, const std::string& host);
 std::string render_abuse(const AbuseSignal& s, const output::WallClock& clock, const std::string& host);
+// "type": "baseline_review" (docs/schema.md).
+nlohmann::ordered_json review_json(const BaselineReview& r, const output::WallClock& clock, const std::string& host);
+std::string render_review(const BaselineReview& r, const output::WallClock& clock, const std::string& host);
 
 // {"active": [...], "recent": [...], "abuse_active": [...], "abuse_recent": [...],
 //  "cohorts": [...], "counters": {...}}; recent lists newest first.

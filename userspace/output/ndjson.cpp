@@ -137,6 +137,44 @@ json gateway_json(const core::GatewayLeg& g) {
   return j;
 }
 
+template <class T>
+json opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+double round3(double v) { return static_cast<double>(static_cast<long long>(v * 1000 + (v < 0 ? -0.5 : 0.5))) / 1000; }
+
+json opt_rounded(const std::optional<double>& v) { return v ? json(round3(*v)) : json(nullptr); }
+
+json pressure_json(const std::optional<core::Pressure>& p) {
+  if (!p || !p->any()) return nullptr;
+  return json{{"cpu_some", opt(p->cpu_some)},       {"cpu_full", opt(p->cpu_full)},
+              {"memory_some", opt(p->memory_some)}, {"memory_full", opt(p->memory_full)},
+              {"io_some", opt(p->io_some)},         {"io_full", opt(p->io_full)}};
+}
+
+// The load the stream ran under (docs/schema.md#load): counts and sizes only.
+json load_json(const core::LoadContext& l) {
+  json j;
+  j["scope"] = l.scope.empty() ? json(nullptr) : json(l.scope);
+  j["concurrency"] = opt(l.concurrency);
+  j["concurrency_mean"] = opt_rounded(l.concurrency_mean);
+  j["concurrency_max"] = opt(l.concurrency_max);
+  j["waiting_at_request"] = opt(l.waiting_at_request);
+  j["waiting"] = opt(l.waiting);
+  j["client_concurrency"] = opt(l.client_concurrency);
+  j["input_tokens"] = opt(l.input_tokens);
+  j["request_bytes"] = opt(l.request_bytes);
+  j["max_tokens"] = opt(l.max_tokens);
+  j["include_usage"] = opt(l.include_usage);
+  j["system_fingerprint"] = l.system_fingerprint.empty() ? json(nullptr) : json(l.system_fingerprint);
+  j["server_version"] = l.server_version.empty() ? json(nullptr) : json(l.server_version);
+  j["host_psi"] = pressure_json(l.host_pressure);
+  j["cgroup_psi"] = pressure_json(l.cgroup_pressure);
+  j["cpu_ms_per_token"] = opt_rounded(l.cpu_ms_per_token);
+  return j;
+}
+
 }  // namespace
 
 WallClock::WallClock() {
@@ -254,6 +292,7 @@ void put_metrics(json& j, const core::StreamMetrics& m) {
 void put_path(json& j, const core::StreamRecord& r) {
   j["peer_stream_id"] = r.peer_stream_id.empty() ? json(nullptr) : json(r.peer_stream_id);
   j["tcp"] = tcp_json(r.tcp);
+  j["load"] = load_json(r.load);
   j["delivery"] = r.delivery ? delivery_json(*r.delivery) : json(nullptr);
   j["gateway"] = r.gateway ? gateway_json(*r.gateway) : json(nullptr);
 }

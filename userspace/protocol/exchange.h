@@ -35,6 +35,7 @@ struct RequestInfo {
   TimestampNs end_ns = 0;     // the piece that held its last byte (0: not complete)
   bool complete = false;
   std::string body_head;      // first bytes of the body, bounded by the session
+  std::uint64_t body_bytes = 0;  // the whole body's size (de-chunked; bytes not captured included)
 };
 
 struct ResponseInfo {
@@ -48,6 +49,7 @@ struct ResponseInfo {
   std::shared_ptr<const DeclaredFormat> declared;   // a declared format covers the response
   bool joined_midstream = false; // the head was never seen: status and type unknown
   TimestampNs head_ns = 0;
+  std::string server_version;  // `Server` / `x-*-version` header values (ResponseHead::server_version)
   const RequestInfo* request = nullptr;  // the request it answers; null when unknown
 };
 
@@ -79,6 +81,9 @@ enum class ResponseEnd : std::uint8_t {
 class ExchangeSink {
  public:
   virtual ~ExchangeSink() = default;
+  // A request was read (or written, by a client) to its last byte: once per
+  // request, before the response that answers it.
+  virtual void on_request_end(const RequestInfo& /*request*/) {}
   virtual void on_response(const ResponseInfo& response) = 0;
   virtual void on_event(const StreamEvent& event) = 0;
   // Body bytes of the current response: seen, or gone by without capture.

@@ -51,6 +51,12 @@ const char* kUsage = R"(usage: sample-server [options]
   --pause-ms MS          length of that pause (default 0)
   --events-per-write K   coalesce K SSE events into one send syscall (default 1)
   --slow-factor F        itl multiplier while slow mode is on (SIGUSR1 toggles; default 2.0)
+  --load-itl-ms MS       added to every gap per other stream in flight (a server that slows with
+                         concurrency, as a batching one does; default 0)
+  --fingerprint FP       "system_fingerprint" of OpenAI chunks (default fp_infertap)
+  --fingerprint-after N  streams started after N completed ones say --next-fingerprint (an upgrade)
+  --next-fingerprint FP  the fingerprint after the switch (default fp_infertap_next)
+  --next-itl-ms MS       the gap between content events after the switch (default: --itl-ms)
   --usage                always send the usage chunk (else only with stream_options.include_usage)
   --log FILE             NDJSON log, one line per send syscall (+ request lines); mono_ns is read
                          right after the syscall returned, call_ns is the time spent inside it
@@ -106,6 +112,10 @@ struct Config {
   double pause_ms = 0;
   std::int64_t events_per_write = 1;
   double slow_factor = 2.0;
+  double load_itl_ms = 0;
+  std::string fingerprint = "fp_infertap", next_fingerprint = "fp_infertap_next";
+  std::int64_t fingerprint_after = 0;
+  double next_itl_ms = -1;
   bool usage = false;
   std::string accel_buffering;  // "", "yes" or "no": X-Accel-Buffering response header
   std::string log_path;
@@ -126,6 +136,7 @@ struct Config {
 Config g_cfg;
 it::NdjsonLog g_log;
 std::atomic<bool> g_slow{false};
+std::atomic<bool> g_switched{false};  // --fingerprint-after reached
 std::atomic<bool> g_stopping{false};
 std::atomic<std::int64_t> g_streams_done{0};
 std::atomic<std::int64_t> g_streams_active{0};
@@ -276,6 +287,8 @@ struct Conn {
   it::FastRng rng{1};
   std::string line;  // log line scratch
   std::string inbuf;
+  double itl_ms = 10;       // of the stream being served (--itl-ms, --next-itl-ms after the switch)
+  std::string fingerprint;  // likewise
 };
 
 std::string random_id(it::FastRng& rng, std::size_t n) {
@@ -416,9 +429,23 @@ std::int64_t jittered_ns(Conn& c, double base_ms) {
 }
 
 std::int64_t itl_ns(Conn& c) {
-  double base = g_cfg.itl_ms;
+  double base = c.itl_ms;
+  if (g_cfg.load_itl_ms > 0) base += g_cfg.load_itl_ms * double(std::max<std::int64_t>(0, g_streams_active.load() - 1));
   if (g_slow.load(std::memory_order_relaxed)) base *= g_cfg.slow_factor;
   return jittered_ns(c, base);
+}
+
+// What serves the next stream: the configured fingerprint and gap, or the
+// next ones once --fingerprint-after streams completed.
+void choose_identity(Conn& c) {
+  if (g_cfg.fingerprint_after > 0 && !g_switched.load() && g_streams_done.load() >= g_cfg.fingerprint_after &&
+      !g_switched.exchange(true)) {
+    std::fprintf(stderr, "sample-server: system_fingerprint %s -> %s\n", g_cfg.fingerprint.c_str(),
+                 g_cfg.next_fingerprint.c_str());
+  }
+  const bool next = g_switched.load();
+  c.fingerprint = next ? g_cfg.next_fingerprint : g_cfg.fingerprint;
+  c.itl_ms = next && g_cfg.next_itl_ms >= 0 ? g_cfg.next_itl_ms : g_cfg.itl_ms;
 }
 
 // Paces and frames events (SSE events, NDJSON lines), coalescing
@@ -573,7 +600,7 @@ struct StreamParams {
 };
 
 std::string openai_chunk_prefix(const std::string& id, const char* object, std::int64_t created,
-                                const std::string& model) {
+                                const std::string& model, const std::string& fingerprint) {
   std::string s = "data: {\"id\":\"";
   s += id;
   s += "\",\"object\":\"";
@@ -582,7 +609,9 @@ std::string openai_chunk_prefix(const std::string& id, const char* object, std::
   it::append_int(s, created);
   s += ",\"model\":";
   it::append_json_string(s, model);
-  s += ",\"system_fingerprint\":\"fp_infertap\",\"choices\":";
+  s += ",\"system_fingerprint\":";
+  it::append_json_string(s, fingerprint);
+  s += ",\"choices\":";
   return s;
 }
 
@@ -590,7 +619,8 @@ bool stream_openai(Conn& c, Emitter& em, const StreamParams& p) {
   const bool chat = p.api == Api::chat;
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + random_id(c.rng, 29);
   const std::string prefix =
-      openai_chunk_prefix(id, chat ? "chat.completion.chunk" : "text_completion", it::unix_seconds(), p.model);
+      openai_chunk_prefix(id, chat ? "chat.completion.chunk" : "text_completion", it::unix_seconds(), p.model,
+                          c.fingerprint);
   std::string ev;
   auto choice = [&](std::string_view inner, std::string_view finish) {
     ev = prefix;
@@ -744,6 +774,7 @@ bool send_plain(Conn& c, int status, const char* reason, const std::string& body
 }
 
 bool serve_nonstream(Conn& c, const StreamParams& p, bool keep_alive) {
+  choose_identity(c);
   // Simulate generation time, then answer at once.
   std::int64_t wait = p.n_tokens > 0 ? jittered_ns(c, g_cfg.ttft_ms) : 0;
   for (std::int64_t i = 1; i < p.n_tokens; ++i) wait += itl_ns(c);
@@ -767,7 +798,9 @@ bool serve_nonstream(Conn& c, const StreamParams& p, bool keep_alive) {
     it::append_int(b, created);
     b += ",\"model\":";
     it::append_json_string(b, p.model);
-    b += ",\"system_fingerprint\":\"fp_infertap\",\"choices\":[{\"index\":0,";
+    b += ",\"system_fingerprint\":";
+    it::append_json_string(b, c.fingerprint);
+    b += ",\"choices\":[{\"index\":0,";
     if (chat)
       b += "\"message\":{\"role\":\"assistant\",\"content\":\"" + text + "\"}";
     else
@@ -788,6 +821,7 @@ bool serve_stream(Conn& c, const StreamParams& p, bool keep_alive, bool& ok) {
   // HTTP/1.0 peers cannot parse chunked framing: close-delimited for them.
   const bool chunked = g_cfg.framing == Framing::chunked && !p.http10;
   if (!chunked) keep_alive = false;
+  choose_identity(c);
   g_streams_active.fetch_add(1);
   std::string h = "HTTP/1.1 200 OK\r\n";
   if (!p.native) h += "Content-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n";
@@ -1148,7 +1182,8 @@ int port_of(const sockaddr_storage& ss) {
 int main(int argc, char** argv) {
   it::Args a(kUsage);
   for (const char* o : {"host", "port", "model", "framing", "sender", "ttft-ms", "itl-ms", "jitter-ms", "tokens",
-                        "pause-after", "pause-ms", "events-per-write", "slow-factor", "log", "exit-after",
+                        "pause-after", "pause-ms", "events-per-write", "slow-factor", "load-itl-ms", "fingerprint",
+                        "fingerprint-after", "next-fingerprint", "next-itl-ms", "log", "exit-after",
                         "max-conns", "grace-ms", "seed", "accel-buffering", "sndbuf", "encoding", "encoding-hold",
                         "text", "split-gap-ms", "generate-api", "native-variant"})
     a.option(o);
@@ -1188,6 +1223,11 @@ int main(int argc, char** argv) {
   c.pause_ms = a.number("pause-ms", c.pause_ms);
   c.events_per_write = std::max<std::int64_t>(1, a.integer("events-per-write", c.events_per_write));
   c.slow_factor = a.number("slow-factor", c.slow_factor);
+  c.load_itl_ms = a.number("load-itl-ms", c.load_itl_ms);
+  c.fingerprint = a.str("fingerprint", c.fingerprint);
+  c.fingerprint_after = a.integer("fingerprint-after", 0);
+  c.next_fingerprint = a.str("next-fingerprint", c.next_fingerprint);
+  c.next_itl_ms = a.number("next-itl-ms", -1);
   c.usage = a.has("usage");
   if (a.has("accel-buffering")) c.accel_buffering = a.choice("accel-buffering", "", {"yes", "no"});
   c.log_path = a.str("log", "");

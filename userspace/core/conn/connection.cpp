@@ -24,10 +24,10 @@ std::uint64_t call_duration(const itap_event& h) { return h.ts_ns - std::min(h.t
 }  // namespace
 
 Connection::Connection(ConnIdentity identity, const PipelineConfig& config, PipelineCounters& counters,
-                       const RoleCensus& census)
+                       const RoleCensus& census, LoadTracker* load)
     : identity_(std::move(identity)),
       counters_(counters),
-      assembler_(identity_, config, counters, census),
+      assembler_(identity_, config, counters, census, load),
       session_(assembler_, config.request_body_head, {}, &config.formats),
       last_activity_(identity_.first_seen_ns) {}
 

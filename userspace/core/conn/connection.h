@@ -39,7 +39,7 @@ class Connection {
   };
 
   Connection(ConnIdentity identity, const PipelineConfig& config, PipelineCounters& counters,
-             const RoleCensus& census);
+             const RoleCensus& census, LoadTracker* load = nullptr);
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 

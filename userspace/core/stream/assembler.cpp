@@ -11,9 +11,57 @@ namespace infertap::core {
 
 using protocol::EventKind;
 
+namespace {
+
+// Requests counted as waiting per connection at most (a peer that pipelines
+// without reading: the session keeps 64 too).
+constexpr std::size_t kMaxPendingWaits = 64;
+
+}  // namespace
+
 StreamAssembler::StreamAssembler(const ConnIdentity& identity, const PipelineConfig& config,
-                                 PipelineCounters& counters, const RoleCensus& census)
-    : identity_(identity), config_(config), counters_(counters), census_(census) {}
+                                 PipelineCounters& counters, const RoleCensus& census, LoadTracker* load)
+    : identity_(identity), config_(config), counters_(counters), census_(census), load_(load) {}
+
+// A connection that goes away leaves nothing counted in its scope.
+StreamAssembler::~StreamAssembler() {
+  if (!load_ || scope_.key == 0) return;
+  for (std::size_t i = 0; i < pending_waits_.size(); ++i) load_->request_dropped(scope_.key);
+  if (active_) {
+    if (active_->waiting) load_->request_dropped(scope_.key);
+    LoadContext ignored;
+    if (active_->ticket.decoding) load_->stream_ended(scope_, active_->ticket, active_->record.last_event_ns, 0, {}, ignored);
+  }
+}
+
+// The load scope of the connection: the serving process for a server, the
+// server's address for a client.
+void StreamAssembler::set_role(Role role) {
+  role_ = role;
+  if (!load_) return;
+  scope_ = {};
+  if (role == Role::server) {
+    scope_.key = LoadTracker::process_key(identity_.pid);
+    scope_.process = true;
+    scope_.pid = identity_.pid;
+    scope_.comm = identity_.comm;
+    scope_.cgroup = identity_.cgroup_path;
+    std::uint8_t addr[16];
+    std::copy(identity_.remote.addr.begin(), identity_.remote.addr.end(), addr);
+    client_ = LoadTracker::address_key(addr, 0);
+  } else if (role == Role::client) {
+    std::uint8_t addr[16];
+    std::copy(identity_.remote.addr.begin(), identity_.remote.addr.end(), addr);
+    scope_.key = LoadTracker::address_key(addr, identity_.remote.port);
+    scope_.server = identity_.remote.to_string();
+    scope_.cgroup = identity_.cgroup_path;
+  }
+}
+
+void StreamAssembler::on_request_end(const protocol::RequestInfo& request) {
+  if (!load_ || scope_.key == 0 || pending_waits_.size() >= kMaxPendingWaits) return;
+  pending_waits_.push_back(load_->request_ended(scope_, request.end_ns));
+}
 
 // How many events the piece being fed completed: a burst signature.
 void StreamAssembler::mark_piece_batch() {
@@ -42,6 +90,11 @@ void StreamAssembler::on_acked(std::uint32_t ack_seq, TimestampNs ts) {
 void StreamAssembler::on_response(const protocol::ResponseInfo& response) {
   if (!response.event_stream) {
     ++counters_.non_stream_responses;
+    // Answered at once: no longer waiting.
+    if (load_ && !pending_waits_.empty() && !response.joined_midstream) {
+      pending_waits_.pop_front();
+      load_->request_dropped(scope_.key);
+    }
     return;
   }
   ++counters_.streams_started;
@@ -68,6 +121,13 @@ void StreamAssembler::start(const protocol::ResponseInfo& response) {
   a.hash_events = census_.has_other_role(identity_.pid, role_);
   r.timeline.reserve(64);  // a typical stream's events without regrowing from 1
   piece_first_event_ = 0;
+  if (scope_.key != 0) r.load.scope = scope_.process ? "process" : "server";
+  r.load.server_version = response.server_version;
+  if (load_ && !pending_waits_.empty() && !response.joined_midstream) {
+    a.waiting = true;
+    r.load.waiting_at_request = pending_waits_.front();
+    pending_waits_.pop_front();
+  }
   if (const protocol::RequestInfo* req = response.request) {
     r.method = req->method;
     r.path = sanitize_target(req->target, config_.privacy);  // no query, no secret-like segments
@@ -77,6 +137,9 @@ void StreamAssembler::start(const protocol::ResponseInfo& response) {
     r.request_model = meaning.model;
     r.model = meaning.model;
     r.request_stream = meaning.stream;
+    r.load.max_tokens = meaning.max_tokens;
+    r.load.include_usage = meaning.include_usage;
+    if (req->complete) r.load.request_bytes = req->body_bytes;
   }
   protocol::StreamContext context;
   context.path = r.path;
@@ -130,7 +193,15 @@ void StreamAssembler::note_meaning(Active& a, const protocol::StreamEvent& e, co
   if (r.first_event_ns == 0) r.first_event_ns = e.ts;
   r.last_event_ns = e.ts;
   if (meaning.kind == EventKind::content) {
-    if (r.first_token_ns == 0) r.first_token_ns = e.ts;
+    if (r.first_token_ns == 0) {
+      // Once per stream: the load it starts decoding under.
+      r.first_token_ns = e.ts;
+      r.load.system_fingerprint = meaning.system_fingerprint;
+      if (load_ && scope_.key != 0) {
+        load_->first_token(scope_, a.ticket, a.waiting, e.ts, client_, r.load);
+        a.waiting = false;
+      }
+    }
     r.last_token_ns = e.ts;
   }
   if (r.dialect == protocol::Dialect::unknown) r.dialect = meaning.dialect;
@@ -141,7 +212,11 @@ void StreamAssembler::note_meaning(Active& a, const protocol::StreamEvent& e, co
     r.error_type = meaning.error_type.empty() ? "error" : meaning.error_type;
   }
   // Anthropic reports cumulative output_tokens (so do SGLang, Gemini); the last value wins.
-  if (meaning.completion_tokens) a.usage_completion_tokens = meaning.completion_tokens;
+  if (meaning.completion_tokens) {
+    a.usage_completion_tokens = meaning.completion_tokens;
+    if (meaning.prompt_tokens) r.load.input_tokens = meaning.prompt_tokens;
+    if (r.load.system_fingerprint.empty()) r.load.system_fingerprint = meaning.system_fingerprint;
+  }
   if (meaning.kind == EventKind::done || meaning.ends_stream) a.saw_done = true;
 }
 
@@ -187,6 +262,10 @@ void StreamAssembler::finish(TimestampNs ts, StreamEnd reason) {
   r.end = a.saw_done ? StreamEnd::complete : reason;
   r.end_ns = ts;
   compute_metrics(r, a.usage_completion_tokens, config_);
+  if (load_ && scope_.key != 0) {
+    if (a.waiting) load_->request_dropped(scope_.key);  // ended without a token
+    load_->stream_ended(scope_, a.ticket, ts, r.metrics.tokens, identity_.cgroup_path, r.load);
+  }
   if (r.end == StreamEnd::complete) {
     ++counters_.streams_completed;
   } else {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -39,11 +40,15 @@ struct PieceContext {
 
 class StreamAssembler : public protocol::ExchangeSink {
  public:
+  // `load`: where the load context of its records is kept (null: none).
   StreamAssembler(const ConnIdentity& identity, const PipelineConfig& config, PipelineCounters& counters,
-                  const RoleCensus& census);
+                  const RoleCensus& census, LoadTracker* load = nullptr);
+  ~StreamAssembler() override;
+  StreamAssembler(const StreamAssembler&) = delete;
+  StreamAssembler& operator=(const StreamAssembler&) = delete;
 
   // The role the connection's session decided (before any response).
-  void set_role(Role role) { role_ = role; }
+  void set_role(Role role);
   // Brackets the feeding of one piece; events it completes take its context.
   void begin_piece(const PieceContext& piece) {
     piece_ = &piece;
@@ -67,6 +72,7 @@ class StreamAssembler : public protocol::ExchangeSink {
   std::vector<StreamRecord> take_finished() { return std::exchange(finished_, {}); }
 
   // protocol::ExchangeSink
+  void on_request_end(const protocol::RequestInfo& request) override;
   void on_response(const protocol::ResponseInfo& response) override;
   void on_event(const protocol::StreamEvent& event) override;
   void on_body_bytes(std::uint64_t n) override;
@@ -84,6 +90,8 @@ class StreamAssembler : public protocol::ExchangeSink {
     bool saw_done = false;
     bool hash_events = false;   // the process may be a gateway
     std::size_t ack_cursor = 0;  // first timeline event not acknowledged yet
+    bool waiting = false;        // its request is counted as waiting in the load scope
+    LoadTracker::Ticket ticket;
   };
 
   void start(const protocol::ResponseInfo& response);
@@ -103,6 +111,13 @@ class StreamAssembler : public protocol::ExchangeSink {
   const PieceContext* piece_ = nullptr;
   std::size_t piece_first_event_ = 0;  // first timeline event of the active record completed by this piece
   std::vector<StreamRecord> finished_;
+  // Load context: the scope this connection's streams count in, and the
+  // requests that ended with their response not begun (each: the requests
+  // already waiting when it ended).
+  LoadTracker* load_ = nullptr;
+  LoadTracker::ScopeId scope_;
+  std::uint64_t client_ = 0;  // server role: the client's address (LoadTracker::address_key, port 0)
+  std::deque<std::uint32_t> pending_waits_;
 };
 
 }  // namespace infertap::core

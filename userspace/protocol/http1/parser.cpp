@@ -617,6 +617,26 @@ void take_connection_tokens(std::string_view tokens, HeadFields& f) {
   }
 }
 
+// `Server` or `x-<anything>-version`: the headers that name the serving software.
+bool is_version_header(std::string_view name) {
+  if (iequals(name, "server")) return true;
+  constexpr std::string_view kSuffix = "-version";
+  return name.size() > 2 + kSuffix.size() && (name[0] == 'x' || name[0] == 'X') && name[1] == '-' &&
+         iequals(name.substr(name.size() - kSuffix.size()), kSuffix);
+}
+
+void add_version_field(ResponseHead& head, std::string_view name, std::string_view value) {
+  std::size_t fields = head.server_version.empty() ? 0 : 1;
+  for (char c : head.server_version) fields += c == ';' ? 1 : 0;
+  if (fields >= ResponseHead::kMaxVersionFields || name.size() > 48) return;
+  std::string field;
+  for (char c : name) field += lower(c);
+  field += '=';
+  for (char c : value.substr(0, ResponseHead::kMaxVersionValue)) field += (c == ';' || static_cast<unsigned char>(c) < 0x20) ? '_' : c;
+  if (!head.server_version.empty()) head.server_version += "; ";
+  head.server_version += field;
+}
+
 bool is_event_stream(std::string_view media) {
   return media.substr(0, 17) == "text/event-stream" && (media.size() == 17 || media[17] == ';' || media[17] == ' ');
 }
@@ -687,6 +707,8 @@ bool HttpParser::parse_header_line(std::string_view line, HeadFields& fields) {
     assign_capped(mode_ == Mode::response ? response_.content_type : request_.content_type, value, true);
   } else if (mode_ == Mode::response && iequals(name, "content-encoding")) {
     assign_capped(response_.content_encoding, value, true);
+  } else if (mode_ == Mode::response && is_version_header(name)) {
+    add_version_field(response_, name, value);
   } else if (mode_ == Mode::request && iequals(name, "host")) {
     assign_capped(request_.host, value, false);
   } else if (mode_ == Mode::request && iequals(name, "user-agent")) {

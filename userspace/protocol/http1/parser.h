@@ -52,6 +52,13 @@ struct ResponseHead {
   // Joined mid-way at a chunk whose data opens a JSON object: a stream of
   // JSON lines (Ollama's) more likely than not.
   bool joined_json = false;
+  // What names the serving software: the `Server` header and any
+  // `x-*-version` header, as "server=vllm/0.6.3; x-vllm-version=0.6.3"
+  // (names lower-cased, each value capped, at most kMaxVersionFields; other
+  // header values are never kept). "" when none.
+  std::string server_version;
+  static constexpr std::size_t kMaxVersionFields = 3;
+  static constexpr std::size_t kMaxVersionValue = 64;
 };
 
 enum class ParseError : std::uint8_t {

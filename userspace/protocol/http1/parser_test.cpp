@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -103,6 +104,27 @@ TEST(HttpParser, ChunkedEventStreamResponse) {
 
 // Each body piece says where its first byte sits in the stream, across chunk
 // framing, pieces and holes: what lets an event be placed on the wire.
+// Only the Server and x-*-version headers name the serving software; no other value is kept.
+TEST(HttpParser, ServerVersionFromServerAndVersionHeadersOnly) {
+  Recorder rec;
+  HttpParser p(HttpParser::Mode::response, rec);
+  p.feed(bytes("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nServer: uvicorn\r\n"
+               "X-Vllm-Version: 0.6.3\r\nx-request-id: secret-123\r\nX-Version: nope\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n"),
+         1);
+  ASSERT_EQ(rec.responses.size(), 1u);
+  EXPECT_EQ(rec.responses[0].server_version, "server=uvicorn; x-vllm-version=0.6.3");
+  Recorder many;
+  HttpParser q(HttpParser::Mode::response, many);
+  std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n";
+  for (int i = 0; i < 6; ++i) head += "x-" + std::to_string(i) + "-version: " + std::string(100, 'v') + ";x\r\n";
+  q.feed(bytes(head + "\r\n"), 1);
+  ASSERT_EQ(many.responses.size(), 1u);
+  const std::string& v = many.responses[0].server_version;
+  EXPECT_EQ(std::count(v.begin(), v.end(), '='), 3) << v;
+  EXPECT_EQ(v.find(std::string(65, 'v')), std::string::npos) << "values capped at 64 bytes: " << v;
+}
+
 TEST(HttpParser, BodyBytesCarryTheirStreamPosition) {
   Recorder rec;
   HttpParser parser(HttpParser::Mode::response, rec);

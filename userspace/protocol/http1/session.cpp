@@ -127,9 +127,14 @@ void Http1Session::RequestSide::on_request_head(const RequestHead& head, Timesta
 
 void Http1Session::RequestSide::on_body(std::span<const std::uint8_t> bytes, std::uint64_t, TimestampNs) {
   if (s_.requests_.empty()) return;
+  s_.requests_.back().body_bytes += bytes.size();
   std::string& body = s_.requests_.back().body_head;
   const std::size_t room = s_.request_body_head_ - std::min(body.size(), s_.request_body_head_);
   body.append(reinterpret_cast<const char*>(bytes.data()), std::min(room, bytes.size()));
+}
+
+void Http1Session::RequestSide::on_body_gap(std::uint64_t n, TimestampNs) {
+  if (!s_.requests_.empty()) s_.requests_.back().body_bytes += n;
 }
 
 void Http1Session::RequestSide::on_message_end(TimestampNs ts) {
@@ -137,6 +142,7 @@ void Http1Session::RequestSide::on_message_end(TimestampNs ts) {
   RequestInfo& req = s_.requests_.back();
   req.end_ns = ts;
   req.complete = true;
+  s_.sink_.on_request_end(req);
 }
 
 void Http1Session::RequestSide::on_error(ParseError e, std::string_view) { s_.sink_.on_parse_error(e, false); }
@@ -213,6 +219,7 @@ void Http1Session::start_response(const ResponseHead& head, TimestampNs ts) {
   info.content_encoding = parse_content_encoding(head.content_encoding);
   info.joined_midstream = head.joined_midstream;
   info.head_ns = ts;
+  info.server_version = head.server_version;
   if (!head.joined_midstream && !requests_.empty()) info.request = &requests_.front();
   if (formats_) {
     info.declared = match_declared(*formats_, info.request ? std::string_view(info.request->target) : "",

@@ -75,6 +75,7 @@ class Http1Session {
     explicit RequestSide(Http1Session& s) : s_(s) {}
     void on_request_head(const RequestHead& head, TimestampNs ts) override;
     void on_body(std::span<const std::uint8_t> bytes, std::uint64_t position, TimestampNs ts) override;
+    void on_body_gap(std::uint64_t n, TimestampNs ts) override;
     void on_message_end(TimestampNs ts) override;
     void on_error(ParseError e, std::string_view detail) override;
 

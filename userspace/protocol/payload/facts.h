@@ -52,6 +52,9 @@ enum class Key : std::uint8_t {
   max_tokens,
   max_completion_tokens,
   max_output_tokens,
+  system_fingerprint,
+  stream_options,
+  include_usage,
   created_at,
   done,
   done_reason,
@@ -216,7 +219,7 @@ struct EventFacts {
   // Set by the prefix scanner's caller: strings are raw (escaped) bodies
   // there, decoded ones from the DOM.
   bool raw_strings = false;
-  Str type, id, model, object, finish_reason;
+  Str type, id, model, object, finish_reason, system_fingerprint;
   Str error_type, error_code, error_message_str, top_code;
   Str msg_id, msg_model;
   Str resp_id, resp_model, resp_status, resp_error_code;
@@ -258,7 +261,7 @@ struct EventFacts {
 
 struct RequestFacts {
   Str model;
-  std::optional<bool> stream;
+  std::optional<bool> stream, include_usage;
   std::optional<std::uint64_t> max_tokens;
 
   void on_begin(const Path&, bool) {}
@@ -269,6 +272,7 @@ struct RequestFacts {
   void on_uint(const Path& p, std::uint64_t v);
   void on_bool(const Path& p, bool b) {
     if (p.is({Key::stream})) stream = b;
+    if (p.is({Key::stream_options, Key::include_usage})) include_usage = b;
   }
   void on_null(const Path&) {}
 };
@@ -356,10 +360,12 @@ inline Key lookup_key(std::string_view k) {
       if (k == "prompt_tokens") return Key::prompt_tokens;
       if (k == "output_tokens") return Key::output_tokens;
       if (k == "usageMetadata") return Key::usageMetadata;
+      if (k == "include_usage") return Key::include_usage;
       return Key::other;
     case 14:
       if (k == "generated_text") return Key::generated_text;
       if (k == "max_new_tokens") return Key::max_new_tokens;
+      if (k == "stream_options") return Key::stream_options;
       return Key::other;
     case 15:
       if (k == "sampling_params") return Key::sampling_params;
@@ -378,7 +384,10 @@ inline Key lookup_key(std::string_view k) {
       if (k == "max_output_tokens") return Key::max_output_tokens;
       if (k == "prompt_eval_count") return Key::prompt_eval_count;
       return Key::other;
-    case 18: return k == "thoughtsTokenCount" ? Key::thoughtsTokenCount : Key::other;
+    case 18:
+      if (k == "thoughtsTokenCount") return Key::thoughtsTokenCount;
+      if (k == "system_fingerprint") return Key::system_fingerprint;
+      return Key::other;
     case 20: return k == "candidatesTokenCount" ? Key::candidatesTokenCount : Key::other;
     case 21: return k == "max_completion_tokens" ? Key::max_completion_tokens : Key::other;
     default: return Key::other;
@@ -453,6 +462,7 @@ inline void EventFacts::string_at_top(Key k, std::string_view v, bool complete) 
     case Key::id: id.set(v, complete); break;
     case Key::model: model.set(v, complete); break;
     case Key::object: object.set(v, complete); break;
+    case Key::system_fingerprint: system_fingerprint.set(v, complete); break;
     case Key::code: top_code.set(v, complete); break;
     case Key::error:
       error_seen = true;

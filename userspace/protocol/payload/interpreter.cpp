@@ -80,6 +80,7 @@ void classify_openai(const EventFacts& f, bool partial, EventMeaning& m) {
   assign_capped(m.response_id, f.id.proven());
   assign_capped(m.model, f.model.proven());
   assign_capped(m.finish_reason, f.finish_reason.proven());
+  assign_capped(m.system_fingerprint, f.system_fingerprint.proven());
   if (f.error_seen || f.object.proven() == "error") {
     m.kind = EventKind::error;
     // vLLM-style error responses carry the type at top level.
@@ -274,6 +275,7 @@ RequestMeaning interpret_request_body(std::string_view body_head) {
   }
   assign_capped(meaning.model, facts.model.proven());
   meaning.stream = facts.stream;
+  meaning.include_usage = facts.include_usage;
   meaning.max_tokens = facts.max_tokens;
   return meaning;
 }

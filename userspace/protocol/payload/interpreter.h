@@ -61,6 +61,7 @@ struct EventMeaning {
   std::string model;          // capped 128
   std::string finish_reason;  // finish_reason / stop_reason / done_reason / ...
   std::string error_type;     // error.type / error.code when kind == error (capped)
+  std::string system_fingerprint;  // OpenAI chunk "system_fingerprint" (capped 128): the serving configuration
   // Token usage when the event carries it (OpenAI usage chunk, Anthropic
   // message_start input_tokens / message_delta output_tokens, Ollama
   // eval_count, ... — cumulative).
@@ -150,12 +151,15 @@ class StreamEventInterpreter {
   std::uint64_t memo_hits_ = 0;
 };
 
-// Facts from the head of a request body (JSON): model, stream flag, max tokens.
-// Tolerates a truncated body (only the captured head is known).
+// Facts from the head of a request body (JSON): model, stream flag, max tokens,
+// stream_options.include_usage. Tolerates a truncated body (only the captured
+// head is known: a field past it is unknown, never false). Sizes and flags
+// only: no text of the request is kept.
 struct RequestMeaning {
   std::string model;  // capped 128
   std::optional<bool> stream;
-  std::optional<std::uint64_t> max_tokens;
+  std::optional<bool> include_usage;         // stream_options.include_usage
+  std::optional<std::uint64_t> max_tokens;   // max_tokens | max_completion_tokens | max_output_tokens
 };
 RequestMeaning interpret_request_body(std::string_view body_head);
 

@@ -287,6 +287,39 @@ TEST(Payload, RequestBody) {
   EXPECT_EQ(interpret_request_body(R"({"max_tokens":12)").max_tokens, std::nullopt);
 }
 
+// Load context from the request: the output limit and include_usage, never text.
+TEST(Payload, RequestBodyIncludeUsage) {
+  const RequestMeaning r = interpret_request_body(
+      R"({"model":"m","stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":64})");
+  EXPECT_EQ(r.include_usage, true);
+  EXPECT_EQ(r.max_tokens, 64u);
+  EXPECT_EQ(interpret_request_body(R"({"stream_options":{"include_usage":false}})").include_usage, false);
+  EXPECT_EQ(interpret_request_body(R"({"model":"m","stream":true})").include_usage, std::nullopt) << "absent: unknown";
+  // A key of that name inside the prompt text is no flag.
+  EXPECT_EQ(interpret_request_body(R"({"messages":[{"content":"\"include_usage\":true"}]})").include_usage, std::nullopt);
+  EXPECT_EQ(interpret_request_body(R"({"include_usage":true})").include_usage, std::nullopt) << "only under stream_options";
+  // Cut before the value: unknown.
+  EXPECT_EQ(interpret_request_body(R"({"stream_options":{"include_usage":tr)").include_usage, std::nullopt);
+  EXPECT_EQ(interpret_request_body(R"({"stream_options":{"include_usage":true},"messages":[{"content":"long te)")
+                .include_usage,
+            true);
+}
+
+TEST(Payload, SystemFingerprint) {
+  const EventMeaning m = openai(
+      R"({"id":"c","object":"chat.completion.chunk","model":"gpt-4o","system_fingerprint":"fp_44709d6fcb",)"
+      R"("choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]})");
+  EXPECT_EQ(m.kind, EventKind::content);
+  EXPECT_EQ(m.system_fingerprint, "fp_44709d6fcb");
+  EXPECT_EQ(openai(kContentChunk).system_fingerprint, "");
+  // Cut inside the value: not proven.
+  EXPECT_EQ(openai(R"({"id":"c","object":"chat.completion.chunk","system_fingerprint":"fp_44)", true).system_fingerprint, "");
+  // The usage chunk carries it too.
+  EXPECT_EQ(openai(R"({"id":"c","system_fingerprint":"fp_2","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}})")
+                .system_fingerprint,
+            "fp_2");
+}
+
 TEST(Payload, ToString) {
   EXPECT_EQ(to_string(EventKind::usage_only), "usage_only");
   EXPECT_EQ(to_string(Dialect::openai_responses), "openai_responses");
