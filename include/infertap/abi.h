@@ -40,6 +40,14 @@
 /* Scatter/gather sends and receives: iovecs walked per syscall. */
 #define ITAP_IOV_MAX 8
 
+/*
+ * A TLS socket whose first this many ciphertext calls had no call of a probed
+ * TLS library on them is muted: its library is one infertap does not probe
+ * (Go's crypto/tls, rustls, GnuTLS, a stripped BoringSSL). A probed library
+ * touches its socket within the handshake's few calls.
+ */
+#define ITAP_TLS_BLIND_CALLS 16
+
 enum itap_event_kind {
 	ITAP_EV_DATA = 1,  /* one send or receive on a followed socket (plaintext syscall or TLS library call) */
 	ITAP_EV_STATE = 2, /* TCP state change of a followed socket */
@@ -159,7 +167,8 @@ enum itap_drop_reason {
 	X(CLOSED_SOCKET, closed_sockets, "calls on a socket already closed (a send racing the peer's reset): not classified") \
 	X(TLS_CALLS, tls_calls, "TLS library calls (SSL_write/SSL_read) of eligible processes that moved bytes") \
 	X(TLS_UNBOUND, tls_unbound, "TLS library calls whose socket was not known (written later from an event loop)") \
-	X(TLS_LIBS_MUTED, tls_muted, "TLS library calls on connections whose plaintext is not HTTP, stopped after one lookup")
+	X(TLS_LIBS_MUTED, tls_muted, "TLS library calls on connections whose plaintext is not HTTP, stopped after one lookup") \
+	X(TLS_UNPROBED, tls_unprobed, "TLS sockets muted because no probed library call touched their first calls")
 
 enum itap_stat {
 #define ITAP_STAT_ENUM(NAME, name, help) ITAP_STAT_##NAME,
@@ -273,6 +282,9 @@ struct itap_conn {
 	__u32 arr_seq;       /* rcv_nxt at that arrival */
 	__u32 arr_taken_seq; /* arr_seq of the last arrival a read carried */
 	__u64 arr_ns;        /* 0 = none yet */
+	__u8 tls_probed;     /* TLS socket: a probed library call moved its bytes (it is not blind) */
+	__u8 tls_blind;      /* TLS socket: ciphertext calls before any probed one (ITAP_TLS_BLIND_CALLS mutes) */
+	__u8 pad2[6];
 };
 
 /*
@@ -307,7 +319,7 @@ ITAP_ABI_OFFSET(itap_event, tls_ssl, 152);
 ITAP_ABI_OFFSET(itap_event, tls_start_ns, 160);
 ITAP_ABI_OFFSET(itap_event, tls_seq, 168);
 ITAP_ABI_OFFSET(itap_event, tls_lib, 172);
-ITAP_ABI_ASSERT(sizeof(struct itap_conn) == 88, "itap_conn layout changed: update BPF and userspace together");
+ITAP_ABI_ASSERT(sizeof(struct itap_conn) == 96, "itap_conn layout changed: update BPF and userspace together");
 ITAP_ABI_OFFSET(itap_conn, arr_ns, 80);
 ITAP_ABI_ASSERT(sizeof(struct itap_path_event) == 72, "itap_path_event layout changed: update BPF and userspace together");
 /* consumers dispatch on these before the struct is known */
