@@ -441,6 +441,7 @@ std::string open_and_configure(const CaptureConfig& config, Capture::Impl& impl)
   rodata->filter_pids = !config.pids.empty();
   rodata->filter_cgroups = !config.cgroup_ids.empty();
   rodata->filter_ports = !config.ports.empty();
+  rodata->filter_unix_paths = config.unix_paths;
   rodata->head_bytes = config.head_bytes;
   rodata->tail_bytes = config.tail_bytes;
   rodata->wakeup_bytes = config.wakeup_bytes;
@@ -584,6 +585,9 @@ void Capture::mute(std::uint64_t sock_id) {
   c.verdict = ITAP_VERDICT_MUTED;
   c.hinted = old.hinted;
   c.first_seen_ns = base::monotonic_ns();
+  // A unix entry keeps what tells its socket from the next one at this address.
+  c.transport = old.transport;
+  c.ino = old.ino;
   (void)bpf_map__update_elem(conns, &sock_id, sizeof(sock_id), &c, sizeof(c), BPF_EXIST);
 }
 

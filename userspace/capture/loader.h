@@ -46,6 +46,11 @@ struct CaptureConfig {
   std::vector<std::uint32_t> pids;
   std::vector<std::uint16_t> ports;       // local or remote port
   std::vector<std::uint64_t> cgroup_ids;  // cgroup v2 ids
+  // Unix socket paths are targeted (the daemon matches them on a connection's
+  // first event): unix sockets pass the kernel's socket filter. With ports
+  // listed and this off, unix sockets are not followed (they have no port);
+  // with this on and no ports, TCP sockets are not.
+  bool unix_paths = false;
   bool ignore_self = true;  // never trace the agent's own process
   // Wake the consumer only when this many bytes are pending in the ring (the
   // consumer drains on its own timer otherwise): batching keeps the cost of a

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace infertap::core {
@@ -17,6 +18,20 @@ Endpoint endpoint(const std::uint8_t (&addr)[16], std::uint16_t port, std::uint1
   e.port = port;
   e.family = family;
   return e;
+}
+
+// A unix socket by its kernel address (the peer's, for the remote end).
+Endpoint unix_endpoint(std::uint64_t sock) {
+  Endpoint e;
+  e.family = AF_UNIX;
+  std::memcpy(e.addr.data(), &sock, sizeof sock);
+  return e;
+}
+
+std::uint64_t unix_sock_of(const Endpoint& e) {
+  std::uint64_t sock = 0;
+  std::memcpy(&sock, e.addr.data(), sizeof sock);
+  return sock;
 }
 
 }  // namespace
@@ -77,7 +92,36 @@ void Pipeline::on_event(const capture::IoEvent& event) {
   }
   take(*conn, decision);
   join_finished(*conn);
+  if ((event.h().flags & ITAP_F_EOF) && conn->identity().transport == Transport::unix_stream &&
+      unix_peer_shut_down(*conn, event.h().ts_ns)) {
+    finish_unix_connection(event.h().sock_id, event.h().ts_ns);
+    return;
+  }
   if (decision.ended) close_connection(event.h().sock_id, event.h().ts_ns, StreamEnd::connection_closed);
+}
+
+// A unix reader got EOF: its peer shut its sending side or closed (the
+// kernel side sees no close of a unix socket; this is its FIN). The peer's
+// connection, when traced, has sent all it will: a close-delimited response
+// ends there. Returns whether the reader is done too (its own sending was
+// ended the same way before); a connection done both ways is forgotten by
+// the kernel side as well, whose entry would otherwise stay until the LRU
+// drops it.
+bool Pipeline::unix_peer_shut_down(Connection& reader, TimestampNs ts) {
+  const ConnIdentity& id = reader.identity();
+  auto it = connections_.find(unix_sock_of(id.remote));
+  if (it != connections_.end() && unix_sock_of(it->second->identity().remote) == id.sock_id) {
+    Connection& peer = *it->second;
+    const bool peer_done = peer.on_peer_shut_down(ts);
+    join_finished(peer);
+    if (peer_done) finish_unix_connection(peer.identity().sock_id, ts);
+  }
+  return reader.inbound_ended() && reader.outbound_ended();
+}
+
+void Pipeline::finish_unix_connection(std::uint64_t sock_id, TimestampNs ts) {
+  close_connection(sock_id, ts, StreamEnd::connection_closed);
+  if (forget_) forget_(sock_id);
 }
 
 void Pipeline::on_state(const capture::IoEvent& event) {
@@ -117,10 +161,28 @@ ConnIdentity Pipeline::identity_of(const capture::IoEvent& event) {
   if (id.comm.empty() && comm_lookup_) id.comm = comm_lookup_(h.pid);
   id.cgroup_id = h.cgroup_id;
   id.cgroup_path = cgroup_path(h.pid);
-  id.local = endpoint(h.local_addr, h.local_port, h.family);
-  id.remote = endpoint(h.remote_addr, h.remote_port, h.family);
+  if (event.is_unix()) {
+    fill_unix_identity(id, event);
+  } else {
+    id.local = endpoint(h.local_addr, h.local_port, h.family);
+    id.remote = endpoint(h.remote_addr, h.remote_port, h.family);
+  }
   id.first_seen_ns = h.ts_ns;
   return id;
+}
+
+// A unix connection: its socket and its peer's, the path it goes through
+// (its own name, or its peer's), the peer's process.
+void Pipeline::fill_unix_identity(ConnIdentity& id, const capture::IoEvent& event) {
+  const itap_unix_ends ends = event.unix_ends();
+  id.transport = Transport::unix_stream;
+  id.local = unix_endpoint(ends.sock);
+  id.remote = unix_endpoint(ends.peer_sock);
+  id.inode = ends.ino;
+  const std::string path(event.path.begin(), event.path.end());
+  (event.h().flags & ITAP_F_PEER_PATH ? id.remote : id.local).path = path;
+  id.peer_pid = event.h().peer_pid;
+  if (id.peer_pid && comm_lookup_) id.peer_comm = comm_lookup_(id.peer_pid);
 }
 
 Connection* Pipeline::connection_for(const capture::IoEvent& event) {

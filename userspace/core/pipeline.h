@@ -96,6 +96,9 @@ class Pipeline {
   Connection* connection_for(const capture::IoEvent& event);
   Connection* open_connection(const capture::IoEvent& event);
   ConnIdentity identity_of(const capture::IoEvent& event);
+  void fill_unix_identity(ConnIdentity& id, const capture::IoEvent& event);
+  bool unix_peer_shut_down(Connection& reader, TimestampNs ts);
+  void finish_unix_connection(std::uint64_t sock_id, TimestampNs ts);
   void take(Connection& conn, const Connection::Decision& decision);
   void join_finished(Connection& conn);
   void release(std::vector<StreamRecord>&& records);

@@ -186,6 +186,9 @@ void put_identity(json& j, const core::StreamRecord& r, const RenderOptions& opt
   put_text(j, "k8s_container", r.conn.k8s_container);
   j["local"] = r.conn.local.to_string();
   j["remote"] = r.conn.remote.to_string();
+  j["transport"] = core::to_string(r.conn.transport);
+  j["peer_pid"] = r.conn.peer_pid ? json(r.conn.peer_pid) : json(nullptr);
+  put_text(j, "peer_comm", r.conn.peer_comm);
 }
 
 // What: the request and the response as the protocol and payloads told them.

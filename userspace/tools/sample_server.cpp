@@ -17,6 +17,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 
 #include <brotli/encode.h>
 #include <zlib.h>
@@ -35,6 +36,8 @@ namespace {
 const char* kUsage = R"(usage: sample-server [options]
   --host ADDR            listen address (default 127.0.0.1)
   --port N               listen port; 0 = ephemeral (default 8000). First stdout line: "listening <port>"
+  --unix PATH            listen on a unix stream socket at PATH instead (an existing socket file is
+                         replaced; "@NAME": the abstract name NAME). First stdout line: "listening unix:PATH"
   --model NAME           model name when the request has none (default infertap-sample)
   --framing chunked|close  streaming response framing (default chunked; an HTTP/1.0 request, e.g.
                          from nginx's default proxy_http_version 1.0, always gets close-delimited)
@@ -82,6 +85,7 @@ const char* sender_name(Sender s) {
 struct Config {
   std::string host = "127.0.0.1";
   int port = 8000;
+  std::string unix_path;  // "" = TCP; "@name" = abstract
   std::string model = "infertap-sample";
   Framing framing = Framing::chunked;
   Sender sender = Sender::write;
@@ -972,6 +976,26 @@ int open_listener(const std::string& host, int port) {
   return fd;
 }
 
+// A unix stream listener at `path` ("@name": abstract). Returns the fd or -1.
+int open_unix_listener(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof a.sun_path) {
+    std::fprintf(stderr, "bad --unix path '%s'\n", path.c_str());
+    return -1;
+  }
+  const bool abstract = path.front() == '@';
+  std::memcpy(a.sun_path, path.data(), path.size());
+  if (abstract) a.sun_path[0] = '\0';
+  else ::unlink(path.c_str());  // a socket file left by an earlier run
+  const socklen_t len = socklen_t(offsetof(sockaddr_un, sun_path) + path.size() + (abstract ? 0 : 1));
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 && ::listen(fd, 4096) == 0) return fd;
+  std::fprintf(stderr, "cannot listen on unix:%s: %s\n", path.c_str(), std::strerror(errno));
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
 int local_port(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
@@ -988,6 +1012,7 @@ int port_of(const sockaddr_storage& ss) {
 
 [[noreturn]] void finish_and_exit(int code, const char* why) {
   g_log.close();
+  if (!g_cfg.unix_path.empty() && g_cfg.unix_path.front() != '@') ::unlink(g_cfg.unix_path.c_str());
   std::fprintf(stderr, "sample-server: %s: conns=%llu requests=%llu streams=%lld send_errors=%llu\n", why,
                (unsigned long long)g_conn_seq.load(), (unsigned long long)g_requests.load(),
                (long long)g_streams_done.load(), (unsigned long long)g_send_errors.load());
@@ -1000,7 +1025,7 @@ int port_of(const sockaddr_storage& ss) {
 
 int main(int argc, char** argv) {
   it::Args a(kUsage);
-  for (const char* o : {"host", "port", "model", "framing", "sender", "ttft-ms", "itl-ms", "jitter-ms", "tokens",
+  for (const char* o : {"host", "port", "unix", "model", "framing", "sender", "ttft-ms", "itl-ms", "jitter-ms", "tokens",
                         "pause-after", "pause-ms", "events-per-write", "slow-factor", "log", "exit-after",
                         "max-conns", "grace-ms", "seed", "accel-buffering", "sndbuf", "encoding", "encoding-hold"})
     a.option(o);
@@ -1010,6 +1035,7 @@ int main(int argc, char** argv) {
   Config& c = g_cfg;
   c.host = a.str("host", c.host);
   c.port = int(a.integer("port", c.port));
+  c.unix_path = a.str("unix", "");
   c.model = a.str("model", c.model);
   c.framing = a.choice("framing", "chunked", {"chunked", "close"}) == "close" ? Framing::close : Framing::chunked;
   c.encoding = a.has("encoding") ? a.choice("encoding", "gzip", {"gzip", "deflate", "br", "zstd"}) : "";
@@ -1046,9 +1072,10 @@ int main(int argc, char** argv) {
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // precise sleeps for ttft/itl pacing
   sigset_t sigs = it::block_control_signals();
   if (!g_log.open(c.log_path)) return 1;
-  g_listen_fd = open_listener(c.host, c.port);
+  g_listen_fd = c.unix_path.empty() ? open_listener(c.host, c.port) : open_unix_listener(c.unix_path);
   if (g_listen_fd < 0) return 1;
-  std::printf("listening %d\n", local_port(g_listen_fd));
+  if (c.unix_path.empty()) std::printf("listening %d\n", local_port(g_listen_fd));
+  else std::printf("listening unix:%s\n", c.unix_path.c_str());
   std::fflush(stdout);
 
   it::start_signal_thread(sigs, [](int sig) {
@@ -1102,7 +1129,7 @@ int main(int argc, char** argv) {
       int v = int(c.sndbuf);
       setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
     }
-    if (c.nodelay) {
+    if (c.nodelay && c.unix_path.empty()) {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }

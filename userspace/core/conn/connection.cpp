@@ -77,8 +77,16 @@ bool Connection::note_failed_call(const capture::IoEvent& event) {
     if (tcp.eagain_ns.size() < TcpContext::kMaxEvidence) tcp.eagain_ns.push_back(h.ts_ns);
   }
   if (!(h.flags & ITAP_F_EOF)) return false;
+  inbound_eof_ = true;
   session_.end(Flow::inbound, h.ts_ns);
   return closed_unread_;
+}
+
+bool Connection::on_peer_shut_down(TimestampNs ts) {
+  last_activity_ = std::max(last_activity_, ts);
+  outbound_shut_ = true;
+  session_.end(Flow::outbound, ts);
+  return inbound_eof_;
 }
 
 // False when the event's sequence does not continue this connection.
