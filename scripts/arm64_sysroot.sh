@@ -14,6 +14,7 @@ packages=(
   libcpp-httplib0.11 libcpp-httplib-dev                      # built with TLS and brotli: its header
   libssl3 libssl-dev libbrotli1 libbrotli-dev                # includes theirs, its library needs theirs
   libzstd1 libzstd-dev                                       # compressed bodies (with zlib and brotli)
+  libcrypt1 libcrypt-dev                                     # the metrics endpoint's basic-auth hashes
   libcli11-dev nlohmann-json3-dev                            # header-only
 )
 # The stamp names the packages: a changed list unpacks afresh.

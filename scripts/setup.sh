@@ -8,6 +8,7 @@ packages=(
   bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config
   libbrotli-dev libzstd-dev                # compressed response bodies (gzip: zlib1g-dev)
   libcli11-dev nlohmann-json3-dev libsimdjson-dev libcpp-httplib-dev libyaml-cpp-dev
+  libssl-dev                               # the metrics endpoint's TLS (OpenSSL); bcrypt comes with libc (libcrypt)
   libgtest-dev libgmock-dev libbenchmark-dev
   curl jq iproute2 python3 python3-yaml procps util-linux
   prometheus                               # the Prometheus integration test scrapes the agent

@@ -197,12 +197,15 @@ class Agent {
         workloads_(daemon::KubernetesSources::from_environment(config_.kubernetes.pods_dir,
                                                               config_.kubernetes.containers_dir)) {}
 
-  // 0 once everything runs, else the exit code (the reason is logged).
+  // 0 once everything runs, else the exit code (the reason is logged). The
+  // output, the metrics port and the API socket are taken before the capture
+  // attaches: a second agent given any of them stops before it attaches
+  // anything.
   int start() {
     if (const int rc = open_output()) return rc;
-    if (const int rc = open_capture()) return rc;
     if (const int rc = start_metrics()) return rc;
     if (const int rc = start_api()) return rc;
+    if (const int rc = open_capture()) return rc;
     build_pipeline();
     refresh();
     if (http_) http_->set_ready(true);
@@ -227,12 +230,14 @@ class Agent {
         break;
       }
       if (g_reload.exchange(false)) reload();
+      if (store_.live_asked()) store_.set_live(live_streams(*pipeline_));  // `streams --live` waits for it
       const std::uint64_t now = base::monotonic_ns();
       if (now - last_tick > 1'000'000'000ull) {
         reconcile_after_loss(now);
         pipeline_->expire(now);
         degradation_.tick(now);
         refresh();
+        report_drops(now);
         last_tick = now;
       }
       if (run_.duration_s > 0 && static_cast<double>(now - start) / 1e9 >= run_.duration_s) break;
@@ -250,10 +255,11 @@ class Agent {
     sink_->close(std::chrono::milliseconds(5000));
     if (device_fd_ >= 0) close(device_fd_);
     device_fd_ = -1;
-    if (run_.print_stats) {
-      std::lock_guard<std::mutex> lock(status_mu_);
-      log("stats " + status_["counters"].dump());
-    }
+    // What the output lost is said, with the counters as they are after its last write.
+    const daemon::SinkCounters sink = sink_->counters();
+    const std::string error = sink_->last_error();
+    log("output: " + daemon::describe_output(sink) + (sink.dropped_lines && !error.empty() ? "; last error: " + error : ""));
+    if (run_.print_stats) log("stats " + counters_json(capture_->stats(), pipeline_->counters(), sink).dump());
   }
 
  private:
@@ -315,7 +321,7 @@ class Agent {
   int start_metrics() {
     if (config_.metrics.listen.empty()) return 0;
     std::string error;
-    http_ = daemon::HttpServer::start(config_.metrics.listen, metrics_, &error);
+    http_ = daemon::HttpServer::start(daemon::http_options(config_), metrics_, &error);
     if (!http_) {
       log("metrics endpoint: " + error);
       return 2;
@@ -327,6 +333,7 @@ class Agent {
     if (config_.api.socket.empty()) return 0;
     daemon::ApiOptions options;
     options.socket_path = config_.api.socket;
+    options.live_wait = std::chrono::milliseconds(250);
     options.alerts = [this] { return degradation_.alerts_response(); };
     options.status = [this] {
       std::lock_guard<std::mutex> lock(status_mu_);
@@ -388,7 +395,22 @@ class Agent {
     metrics_.set_degradation(cohorts, degradation_.active_abuse());
     std::lock_guard<std::mutex> lock(status_mu_);
     status_["counters"] = counters_json(kernel, pipeline_->counters(), sink);
+    if (http_) status_["counters"]["http"] = table_json(http_->counters());
     status_["tracked_connections"] = pipeline_->connection_count();
+  }
+
+  // Lines the output drops are said when they start and then at most every
+  // 10 s, with their reasons; the total is said again at shutdown.
+  void report_drops(std::uint64_t now) {
+    const daemon::SinkCounters c = sink_->counters();
+    if (c.dropped_lines == drops_reported_.dropped_lines) return;
+    if (drops_reported_at_ != 0 && now - drops_reported_at_ < 10'000'000'000ull) return;
+    const daemon::SinkCounters since = daemon::counted_since(c, drops_reported_);
+    const std::string error = sink_->last_error();
+    log("output is losing records: " + daemon::describe_output(since) + (drops_reported_at_ ? " in the last 10 s" : "") +
+        (error.empty() ? "; the output does not keep up" : "; " + error));
+    drops_reported_ = c;
+    drops_reported_at_ = now;
   }
 
   // SIGHUP: the file and the flags again; what can change without
@@ -412,6 +434,8 @@ class Agent {
   const daemon::CommandLine flags_;
   const RunControl run_;
   int device_fd_ = -1;
+  daemon::SinkCounters drops_reported_;   // the sink's counters when drops were last logged
+  std::uint64_t drops_reported_at_ = 0;
   std::unique_ptr<daemon::RecordSink> sink_;
   std::unique_ptr<capture::Capture> capture_;
   const output::WallClock clock_;

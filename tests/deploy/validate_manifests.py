@@ -262,7 +262,7 @@ def check_dockerfile():
           f"Dockerfile: debian:12 build stage, debian:12-slim runtime (got {froms})")
     check(re.search(r"make\b.*build/infertapd\s+build/infertap\b", text), "Dockerfile builds build/infertapd build/infertap")
     runtime = text.split("FROM debian:12-slim", 1)[-1]
-    for pkg in ("libbpf1", "libelf1", "zlib1g", "libsimdjson14", "libyaml-cpp0.7"):
+    for pkg in ("libbpf1", "libelf1", "zlib1g", "libsimdjson14", "libyaml-cpp0.7", "libssl3"):
         check(re.search(rf"\b{re.escape(pkg)}\b", runtime), f"Dockerfile runtime installs {pkg}")
     check('ENTRYPOINT ["infertapd", "--config", "/etc/infertap/config.yaml"]' in text,
           "Dockerfile ENTRYPOINT infertapd --config /etc/infertap/config.yaml")

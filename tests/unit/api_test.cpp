@@ -276,17 +276,35 @@ TEST_F(ApiTest, RefusesASecondServerAndReplacesAStaleSocket) {
 
 // Idle clients are closed so that max_clients silent connections cannot lock
 // every CLI out; a client that keeps asking is served past the timeout.
-TEST(ApiIdle, SilentAndTricklingClientsAreClosedActiveOnesServed) {
-  char tmpl[] = "/tmp/infertap-api-idle-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  RecordStore store;
+// A server on a socket of its own, with the options a test sets.
+class ApiIdle : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/infertap-api-idle-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    o.socket_path = dir_ + "/api.sock";
+  }
+  void TearDown() override {
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void start() {
+    server_ = std::make_unique<ApiServer>(store_, o);
+    server_->start();
+  }
+
   ApiOptions o;
-  o.socket_path = dir + "/api.sock";
+  std::string dir_;
+  RecordStore store_;
+  std::unique_ptr<ApiServer> server_;
+};
+
+TEST_F(ApiIdle, SilentAndTricklingClientsAreClosedActiveOnesServed) {
+  o.first_request_timeout = std::chrono::milliseconds(300);
   o.idle_timeout = std::chrono::milliseconds(300);
   o.max_clients = 2;
-  ApiServer server(store, o);
-  server.start();
+  start();
 
   // Silent: connects, sends nothing, gets the error line then EOF.
   ApiClient silent(o.socket_path);
@@ -316,8 +334,33 @@ TEST(ApiIdle, SilentAndTricklingClientsAreClosedActiveOnesServed) {
     EXPECT_EQ(active.request({{"cmd", "status"}})["ok"], true) << "request " << i;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  server.stop();
-  std::filesystem::remove_all(dir);
+}
+
+// Idle connections in every slot: a CLI is told the daemon is busy (not
+// "send: Broken pipe"), and gets in once the silent ones are closed, which
+// happens sooner for a connection that never sent a request than between
+// the requests of one that did.
+TEST_F(ApiIdle, BusyIsSaidAndSilentConnectionsMakeRoomSoon) {
+  o.first_request_timeout = std::chrono::milliseconds(400);
+  o.idle_timeout = std::chrono::seconds(30);
+  o.max_clients = 4;
+  start();
+
+  ApiClient kept(o.socket_path);  // sent a request: held to idle_timeout, not to the first-request one
+  ASSERT_EQ(kept.request({{"cmd", "status"}})["ok"], true);
+  std::vector<std::unique_ptr<ApiClient>> silent;
+  for (int i = 0; i < 3; ++i) silent.push_back(std::make_unique<ApiClient>(o.socket_path));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+
+  ApiClient refused(o.socket_path);
+  const json busy = refused.request({{"cmd", "status"}});  // answered, not thrown
+  EXPECT_EQ(busy["ok"], false) << busy.dump();
+  EXPECT_EQ(busy.value("error", ""), "infertapd is busy: 4 connections; try again") << busy.dump();
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past the first-request timeout
+  ApiClient later(o.socket_path);
+  EXPECT_EQ(later.request({{"cmd", "status"}})["ok"], true) << "the silent connections still hold their slots";
+  EXPECT_EQ(kept.request({{"cmd", "status"}})["ok"], true) << "a connection that had sent a request was closed";
 }
 
 TEST(ApiClientErrors, NotRunning) {

@@ -7,6 +7,7 @@
 
 #include "capture/loader.h"
 #include "core/counters.h"
+#include "daemon/http_server.h"
 #include "daemon/metrics.h"
 #include "daemon/sink.h"
 #include "support/repo_file.h"
@@ -41,6 +42,7 @@ TEST(CounterTables, EveryStatusCounterIsDocumented) {
   capture::CaptureStats{}.for_each_drop(documented);
   core::PipelineCounters{}.for_each(documented);
   SinkCounters{}.for_each(documented);
+  HttpCounters{}.for_each(documented);
 }
 
 }  // namespace

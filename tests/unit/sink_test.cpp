@@ -249,6 +249,8 @@ TEST(RecordSink, DropsAndCountsWhenTheReaderStalls) {
   const SinkCounters c = sink->counters();
   EXPECT_EQ(c.written_lines, static_cast<std::uint64_t>(kLines - refused));
   EXPECT_EQ(c.dropped_lines, static_cast<std::uint64_t>(refused));
+  EXPECT_EQ(c.dropped_queue_full, static_cast<std::uint64_t>(refused));
+  EXPECT_EQ(c.dropped_queue_full + c.dropped_closed + c.dropped_write_failed + c.dropped_at_shutdown, c.dropped_lines);
   close(p.w);
   p.w = -1;
   bool whole = false;
@@ -277,9 +279,16 @@ TEST(RecordSink, ShutdownGivesUpOnAReaderThatNeverComesBack) {
   EXPECT_EQ(c.written_lines + c.dropped_lines, 100u);
   EXPECT_GT(c.dropped_lines, 0u);
   EXPECT_NE(sink->last_error().find("stalled"), std::string::npos) << sink->last_error();
+  EXPECT_EQ(c.dropped_at_shutdown, c.dropped_lines) << "every line the stalled reader did not take is said as such";
   EXPECT_FALSE(sink->offer("late")) << "closed sinks refuse lines";
   EXPECT_EQ(sink->dropped(), c.dropped_lines + 1);
+  EXPECT_EQ(sink->counters().dropped_closed, 1u);
   EXPECT_FALSE(sink->close(1s)) << "idempotent";
+  const std::string said = describe_output(sink->counters());
+  EXPECT_NE(said.find(std::to_string(c.written_lines) + " lines written, " + std::to_string(c.dropped_lines + 1) +
+                      " dropped (output closed 1, abandoned at shutdown " + std::to_string(c.dropped_lines) + ")"),
+            std::string::npos)
+      << said;
 }
 
 TEST(RecordSink, DestructorIsBoundedByShutdownTimeout) {
@@ -333,6 +342,8 @@ TEST(RecordSink, OnlyDestinationGoneCountsAsDropped) {
   EXPECT_FALSE(sink->close(5s));
   EXPECT_EQ(sink->counters().written_lines, 0u);
   EXPECT_EQ(sink->counters().dropped_lines, 6u);
+  EXPECT_EQ(sink->counters().dropped_write_failed, 6u);
+  EXPECT_EQ(describe_output(sink->counters()), "0 lines written, 6 dropped (write failed 6)");
 }
 
 TEST(RecordSink, LinesFromManyProducersNeverInterleave) {
@@ -430,6 +441,43 @@ TEST(RecordSink, FollowsAFileMovedAway) {
   EXPECT_EQ(slurp(path), "two\n");
 }
 
+// Records name processes, models and routes: the file is the agent's alone
+// (0600), or its group's to read (0640), rotated files too, and an earlier
+// run's wider file is narrowed. A second sink on the same file is refused.
+TEST(RecordSink, FilesAreCreatedPrivateAndLockedAgainstASecondAgent) {
+  TempDir dir;
+  const std::string path = dir.file("out.ndjson");
+  const auto mode_of = [](const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0u;
+  };
+  const mode_t old_umask = umask(0);  // the mode is the sink's, not the umask's
+  SinkOptions o = file_only(path);
+  o.rotate_bytes = 4096;
+  auto sink = RecordSink::open(o, nullptr);
+  ASSERT_TRUE(sink);
+  EXPECT_EQ(mode_of(path), 0600u);
+  std::string error;
+  EXPECT_FALSE(RecordSink::open(o, &error)) << "two agents appending to one file";
+  EXPECT_NE(error.find("another infertapd writes this file"), std::string::npos) << error;
+  for (int i = 0; i < 40; ++i) sink->offer(numbered_line(i, 200, 1));
+  ASSERT_TRUE(sink->close(5s));
+  EXPECT_GE(sink->counters().rotations, 1u);
+  EXPECT_EQ(mode_of(path + ".1"), 0600u);
+  EXPECT_EQ(mode_of(path), 0600u);
+
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  o.group = std::to_string(getgid());
+  auto grouped = RecordSink::open(o, &error);
+  ASSERT_TRUE(grouped) << error;
+  EXPECT_EQ(mode_of(path), 0640u) << "an existing world-readable file is narrowed";
+  grouped->close(1s);
+  o.group = "no-such-group-infertap";
+  EXPECT_FALSE(RecordSink::open(o, &error));
+  EXPECT_NE(error.find("output.group"), std::string::npos) << error;
+  umask(old_umask);
+}
+
 TEST(RecordSink, OptionsFromConfig) {
   DaemonConfig c;
   c.output.to_stdout = false;
@@ -438,7 +486,9 @@ TEST(RecordSink, OptionsFromConfig) {
   c.output.keep_files = 2;
   c.limits.sink_queue_lines = 3;
   c.limits.sink_queue_bytes = 1 << 20;
+  c.output.group = "adm";
   const SinkOptions o = sink_options(c);
+  EXPECT_EQ(o.group, "adm");
   EXPECT_FALSE(o.to_stdout);
   EXPECT_EQ(o.file, "/x");
   EXPECT_EQ(o.rotate_bytes, 4096u);

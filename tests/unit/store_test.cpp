@@ -375,6 +375,29 @@ TEST(RecordStore, PopWakesOnAddAndOnClose) {
   closer.join();
 }
 
+// A reader that asks for the live view gets one published after it asked:
+// the pipeline thread sees the question on its next drain tick.
+TEST(RecordStore, TheLiveViewIsPublishedWhenAsked) {
+  RecordStore store;
+  EXPECT_FALSE(store.live_asked());
+  const std::uint64_t before = store.ask_live();
+  EXPECT_TRUE(store.live_asked());
+  EXPECT_FALSE(store.wait_live(before, std::chrono::milliseconds(30))) << "nothing was published";
+  std::thread pipeline([&] {
+    while (!store.live_asked()) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    LiveStream l;
+    l.id = "7-0";
+    store.set_live({l});
+  });
+  const std::uint64_t asked = store.ask_live();
+  EXPECT_TRUE(store.wait_live(asked, std::chrono::seconds(2)));
+  pipeline.join();
+  EXPECT_FALSE(store.live_asked()) << "answered";
+  ASSERT_EQ(store.live().size(), 1u);
+  EXPECT_EQ(store.live()[0].id, "7-0");
+}
+
 TEST(RecordStore, ConcurrentAddsAndQueries) {
   StoreOptions o = fixed_clock_options();
   o.capacity = 50;

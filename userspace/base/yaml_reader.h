@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <set>
@@ -28,6 +29,30 @@
 #include <yaml-cpp/yaml.h>
 
 namespace infertap::base {
+
+// The text of a configuration file; nullopt with *error "PATH: cannot open: ..." or "PATH: read failed: ...".
+inline std::optional<std::string> read_config_file(const std::string& path, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (error) *error = path + ": cannot open: " + std::strerror(errno);
+    return std::nullopt;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    if (error) *error = path + ": read failed: " + std::strerror(errno);
+    return std::nullopt;
+  }
+  return text.str();
+}
+
+// Each line of `lines` as "PATH: line": a file's problems name the file.
+inline std::string prefix_lines(const std::string& path, const std::string& lines) {
+  std::string out;
+  std::istringstream in(lines);
+  for (std::string line; std::getline(in, line);) out += (out.empty() ? "" : "\n") + path + ": " + line;
+  return out;
+}
 
 class YamlReader {
  public:

@@ -132,9 +132,12 @@ int run_show(ApiClient& client, const Options& o) {
   return kExitOk;
 }
 
-int run_top(ApiClient& client, const Options& o) {
+// A connection per refresh: one held across a long --interval would be closed
+// by the daemon as idle.
+int run_top(const Options& o) {
   const bool tty = isatty(STDOUT_FILENO);
   for (;;) {
+    ApiClient client(o.socket_path);
     auto r = call(client, {{"cmd", "top"}, {"window_s", o.window}});
     if (!r) return kExitFailed;
     if (o.as_json()) {
@@ -178,11 +181,11 @@ int run_watch(ApiClient& client, const Options& o) {
 }
 
 int run(const Commands& c, const Options& o) {
+  if (c.top->parsed()) return run_top(o);
   ApiClient client(o.socket_path);
   if (c.status->parsed()) return print_response(client, {{"cmd", "status"}}, o, cli::format_status);
   if (c.streams->parsed()) return run_streams(client, o);
   if (c.show->parsed()) return run_show(client, o);
-  if (c.top->parsed()) return run_top(client, o);
   if (c.stats->parsed()) return print_response(client, {{"cmd", "stats"}, {"by", o.by}}, o, cli::format_stats);
   if (c.alerts->parsed()) return print_response(client, {{"cmd", "alerts"}}, o, cli::format_alerts);
   if (c.watch->parsed()) return run_watch(client, o);

@@ -44,5 +44,49 @@ TEST(Labels, AddressWithoutPortAndModelFallback) {
   EXPECT_EQ(model_of(r), "answered");
 }
 
+TEST(Labels, QueryStringsAreDroppedUnlessTheirNameIsKept) {
+  PathPrivacy none;
+  EXPECT_EQ(sanitize_target("/v1/chat/completions?api_key=sk-live-1234&stream=1", none), "/v1/chat/completions");
+  EXPECT_EQ(sanitize_target("/v1/chat/completions#frag", none), "/v1/chat/completions");
+  PathPrivacy keep;
+  keep.keep_query_params = {"api-version", "stream"};
+  EXPECT_EQ(sanitize_target("/openai/chat/completions?api-version=2024-02-01&key=s3cr3t&stream", keep),
+            "/openai/chat/completions?api-version=2024-02-01&stream");
+  EXPECT_EQ(sanitize_target("/v1/chat/completions?key=s3cr3t", keep), "/v1/chat/completions");
+  EXPECT_EQ(sanitize_target("/v1/x?api-versionX=1&=2&&", keep), "/v1/x");
+  // An absolute-form target (a proxy request) loses scheme, credentials and host.
+  EXPECT_EQ(sanitize_target("http://user:hunter2@10.0.0.1:8000/v1/completions?token=abc", none), "/v1/completions");
+  EXPECT_EQ(sanitize_target("HTTPS://host", none), "/");
+  EXPECT_EQ(sanitize_target("*", none), "*");
+  EXPECT_EQ(sanitize_target("", none), "");
+}
+
+TEST(Labels, IdAndSecretLikeSegmentsBecomeId) {
+  for (const char* secret : {"12345", "0", "3f2b8c1e-7a4d-4e2b-9c1a-5d6e7f8a9b0c", "deadbeef01", "9f86d081884c7d65",
+                             "sk-proj-AbCdEfGh1234IjKlMnOp5678", "tok_9fQ2xLm7Rk3pVw8ZbN4cYd6T", "dGhpcyBpcyBhIHNlY3JldA==",
+                             "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abc", "user@example.com",
+                             "01ARZ3NDEKTSV4RRFFQ69G5FAV", "resp_67ccd2bed1ec8190b14f", "aB3dE5gH9k",
+                             "file-abc123def456ghi"}) {
+    EXPECT_TRUE(id_like_segment(secret)) << secret;
+    EXPECT_EQ(normalize_route(std::string("/v1/x/") + secret + "/y"), "/v1/x/{id}/y") << secret;
+  }
+  for (const char* word : {"v1", "v1beta", "chat", "completions", "streamGenerateContent", "gpt-4o-2024-08-06",
+                           "Meta-Llama-3.1-70B-Instruct", "text-embedding-3-large", "deadbeef", "{id}", "messages",
+                           "api-version", "2024-02-01", "models", "gemini-1.5-pro:streamGenerateContent", ""}) {
+    EXPECT_FALSE(id_like_segment(word)) << word;
+  }
+  EXPECT_EQ(normalize_route("/v1/chat/completions"), "/v1/chat/completions");
+  EXPECT_EQ(normalize_route("/"), "/");
+  EXPECT_EQ(normalize_route("/v1/users/42/"), "/v1/users/{id}/");
+  PathPrivacy raw;
+  raw.normalize_routes = false;
+  EXPECT_EQ(sanitize_target("/v1/users/42?x=1", raw), "/v1/users/42");
+  EXPECT_EQ(sanitize_target("/v1/users/42?x=1", PathPrivacy{}), "/v1/users/{id}");
+  // The route of a sanitized path is the path without its kept query.
+  PathPrivacy keep;
+  keep.keep_query_params = {"api-version"};
+  EXPECT_EQ(route_of(sanitize_target("/d/1234/chat?api-version=1", keep)), "/d/{id}/chat");
+}
+
 }  // namespace
 }  // namespace infertap::core

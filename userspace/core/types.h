@@ -258,6 +258,13 @@ struct StreamRecord {
 // "<connection generation>-<response index>": unique per agent run.
 std::string stream_id(const StreamRecord& r);
 
+// What of a request target reaches records, labels and cohorts
+// (core/labels.h sanitize_target, docs/schema.md#paths).
+struct PathPrivacy {
+  std::vector<std::string> keep_query_params;  // query parameters kept by name; every other one is dropped
+  bool normalize_routes = true;                 // id-like and secret-like path segments become "{id}"
+};
+
 struct PipelineConfig {
   // A stall is a gap between content events above both the floor and
   // stall_ratio x the stream's own median ITL.
@@ -275,6 +282,7 @@ struct PipelineConfig {
   // traced peer of its connection, a gateway's other leg, late ACKs).
   std::uint64_t path_settle_ns = 1'000'000'000;
   std::size_t max_held_records = 4096;
+  PathPrivacy privacy;
 };
 
 }  // namespace infertap::core

@@ -216,7 +216,7 @@ void ApiServer::accept_loop() {
     if (fd < 0) continue;
     std::lock_guard lock(conns_mu_);
     if (conns_.size() >= options_.max_clients) {
-      send_line(fd, error_response("too many clients (" + std::to_string(options_.max_clients) + ")"));
+      send_line(fd, error_response("infertapd is busy: " + std::to_string(conns_.size()) + " connections; try again"));
       close(fd);
       continue;
     }
@@ -240,11 +240,14 @@ void ApiServer::accept_loop() {
 
 void ApiServer::serve(Connection& conn) {
   std::string buffer, line;
+  bool first = true;
   while (!stopping_) {
-    const ReadResult r = read_line(conn.fd, buffer, line, options_.max_request_bytes, options_.idle_timeout);
+    const std::chrono::milliseconds timeout = first ? options_.first_request_timeout : options_.idle_timeout;
+    const ReadResult r = read_line(conn.fd, buffer, line, options_.max_request_bytes, timeout);
+    first = false;
     if (r == ReadResult::eof) return;
     if (r == ReadResult::timeout) {
-      send_line(conn.fd, error_response("idle for " + std::to_string(options_.idle_timeout.count()) +
+      send_line(conn.fd, error_response("idle for " + std::to_string(timeout.count()) +
                                         " ms without a complete request: closing"));
       return;
     }
@@ -316,6 +319,7 @@ std::string ApiServer::handle(std::string_view request_line) const {
     if (!live.is_boolean()) return error_response("\"live\" must be a boolean");
     if (!limit.is_number_integer() || limit.get<std::int64_t>() < 0) return error_response("\"limit\" must be an integer >= 0");
     if (live.get<bool>()) {
+      if (options_.live_wait.count() > 0) store_.wait_live(store_.ask_live(), options_.live_wait);
       const core::TimestampNs now = base::monotonic_ns();
       json live_streams = store_.live_json(now);
       const auto n = static_cast<std::size_t>(limit.get<std::int64_t>());
@@ -348,6 +352,7 @@ std::string ApiServer::handle(std::string_view request_line) const {
     if (!window.is_number() || window.get<double>() <= 0 || window.get<double>() > 86400) {
       return error_response("\"window_s\" must be a number in (0, 86400]");
     }
+    if (options_.live_wait.count() > 0) store_.wait_live(store_.ask_live(), options_.live_wait);
     json out = store_.top(base::monotonic_ns(), static_cast<std::uint64_t>(window.get<double>() * 1e9));
     out["ok"] = true;
     return dump(out);
@@ -407,7 +412,20 @@ std::optional<std::string> ApiClient::read_line() {
 }
 
 json ApiClient::request(const json& req) {
-  send_line(dump(req));
+  try {
+    send_line(dump(req));
+  } catch (const ApiError&) {
+    // Refused before the request went out: the reason is already in our receive queue.
+    const int err = errno;
+    std::optional<std::string> why;
+    try {
+      why = read_line();
+    } catch (const ApiError&) {
+    }
+    const json answer = why ? json::parse(*why, nullptr, false) : json();
+    if (answer.is_object()) return answer;
+    throw ApiError(ApiErrorKind::io, "infertapd closed the connection (" + errno_text(err) + ")");
+  }
   const auto line = read_line();
   if (!line) throw ApiError(ApiErrorKind::protocol, "infertapd closed the connection without answering");
   json response = json::parse(*line, nullptr, false);

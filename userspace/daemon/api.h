@@ -28,12 +28,21 @@ inline constexpr int kApiVersion = 1;
 struct ApiOptions {
   std::string socket_path = kDefaultSocketPath;
   std::size_t max_request_bytes = 64 * 1024;  // longer request lines are refused
-  std::size_t max_clients = 32;               // concurrent connections (watchers included)
-  // A client that sends no complete request for this long is answered an error
-  // and closed, and a send that cannot progress for this long (a watcher that
-  // stopped reading) ends its connection: otherwise max_clients idle or stuck
-  // connections would lock every CLI out. 0 = never.
+  std::size_t max_clients = 32;               // concurrent connections (watchers included); more are
+                                              // answered "infertapd is busy: N connections; try again"
+  // A new connection that sends no complete request for this long is
+  // answered an error and closed: the CLI sends its request at once, so
+  // max_clients idle connections lock it out for this long at most. 0 = never.
+  std::chrono::milliseconds first_request_timeout{2'000};
+  // The same between the requests of a connection that has sent one, and a
+  // send that cannot progress for this long (a watcher that stopped reading)
+  // ends its connection. 0 = never.
   std::chrono::milliseconds idle_timeout{30'000};
+  // `streams --live` and `top` wait up to this long for a view of the streams
+  // in flight newer than the request (the pipeline thread publishes one on its
+  // next drain tick when asked: RecordStore::ask_live). 0 = answer with the
+  // view as it is.
+  std::chrono::milliseconds live_wait{0};
   // Fields merged into the `status` response (version, attach notes, counters,
   // ...). Called on an API thread: it must be thread-safe. May be empty.
   std::function<nlohmann::json()> status;
@@ -102,7 +111,9 @@ class ApiClient {
   ApiClient(const ApiClient&) = delete;
   ApiClient& operator=(const ApiClient&) = delete;
 
-  // Sends one request and reads its one-line response.
+  // Sends one request and reads its one-line response. A daemon that refused
+  // the connection (busy, idle) has said why before closing it: that answer
+  // is returned, not "send: Broken pipe".
   nlohmann::json request(const nlohmann::json& req);
   void send_line(std::string_view line);
   // Next line (no newline); nullopt at end of stream.

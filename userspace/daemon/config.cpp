@@ -184,6 +184,22 @@ std::string listen_problem(const std::string& v) {
   return "must be host:port with port 1..65535 (\"0.0.0.0:9464\", \"[::]:9464\"), got '" + v + "'";
 }
 
+std::string health_listen_problem(const std::string& v) {
+  return v.empty() ? "" : listen_problem(v);
+}
+
+std::string group_problem(const std::string& v) {
+  if (has_control_chars(v) || v.find(':') != std::string::npos) return "must be a group name or number, got '" + v + "'";
+  return "";
+}
+
+std::string query_param_problem(const std::string& v) {
+  if (v.empty() || v.find_first_of("&=?#/ ") != std::string::npos || has_control_chars(v)) {
+    return "must be a query parameter name (no & = ? # / or spaces), got '" + v + "'";
+  }
+  return "";
+}
+
 std::string directory_problem(const std::string& v) {
   if (v.empty() || v.front() == '/') return "";
   return "must be an absolute directory path or \"\" (do not look), got '" + v + "'";
@@ -352,10 +368,24 @@ std::vector<Option> make_options() {
       option("output.keep_files", integer(FIELD(output.keep_files), 0, 1000)),
       option("output.timeline", boolean(FIELD(output.timeline)), "--timeline", F::on,
              "Include the per-event timeline in each record"),
+      option("output.group", text(FIELD(output.group), "GROUP", group_problem)),
+      option("privacy.keep_query_params",
+             strings(FIELD(pipeline.privacy.keep_query_params), "NAME", query_param_problem(""), query_param_problem),
+             "--keep-query-param", F::repeatable,
+             "Keep this query parameter in records' paths (repeatable; others are dropped)"),
+      option("privacy.normalize_routes", boolean(FIELD(pipeline.privacy.normalize_routes)), "--no-normalize-routes",
+             F::off, "Keep id-like and secret-like path segments instead of writing {id}"),
       option("api.socket", text(FIELD(api.socket), "PATH", socket_problem), "--socket", F::value,
              "Query API unix socket ('' = no API)", socket_flag()),
       option("metrics.listen", text(FIELD(metrics.listen), "HOST:PORT", listen_problem), "--metrics-listen", F::value,
              "Prometheus endpoint host:port ('' = none)", listen_flag()),
+      option("metrics.health_listen", text(FIELD(metrics.health_listen), "HOST:PORT", health_listen_problem)),
+      option("metrics.max_connections", integer(FIELD(metrics.max_connections), 1, 65'536)),
+      option("metrics.read_timeout_s", number(FIELD(metrics.read_timeout_s), 0.1, 300)),
+      option("metrics.write_timeout_s", number(FIELD(metrics.write_timeout_s), 0.1, 300)),
+      option("metrics.max_header_bytes", size(FIELD(metrics.max_header_bytes), 1024, 1ull << 20)),
+      option("metrics.web_config_file", text(FIELD(metrics.web_config_file), "FILE", file_problem), "--web-config-file",
+             F::value, "TLS and basic auth of /metrics, as Prometheus exporters' web configuration file"),
       option("metrics.max_label_values", integer(FIELD(metrics.max_label_values), 1, 10'000)),
       option("metrics.max_series_per_family", integer(FIELD(metrics.max_series_per_family), 1, 1'000'000)),
       option("kubernetes.pods_dir", text(FIELD(kubernetes.pods_dir), "DIR", directory_problem)),
@@ -498,26 +528,11 @@ std::optional<DaemonConfig> configure(const std::string& path, const CommandLine
 }
 
 std::optional<DaemonConfig> load_config(const std::string& path, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (error) *error = path + ": cannot open: " + std::strerror(errno);
-    return std::nullopt;
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    if (error) *error = path + ": read failed: " + std::strerror(errno);
-    return std::nullopt;
-  }
+  const auto text = base::read_config_file(path, error);
+  if (!text) return std::nullopt;
   std::string inner;
-  auto config = parse_config(text.str(), &inner);
-  if (!config && error) {
-    std::string prefixed;
-    std::istringstream lines(inner);
-    std::string line;
-    while (std::getline(lines, line)) prefixed += (prefixed.empty() ? "" : "\n") + path + ": " + line;
-    *error = prefixed;
-  }
+  auto config = parse_config(*text, &inner);
+  if (!config && error) *error = base::prefix_lines(path, inner);
   return config;
 }
 

@@ -15,6 +15,7 @@
 //   stall.floor_ms / .ratio / .lag_floor_ms -> pipeline.stall_floor_ns / .stall_ratio / .lag_floor_ns
 //   pipeline.*                     -> pipeline
 //   limits.max_connections         -> pipeline.max_connections
+//   privacy.*                      -> pipeline.privacy (the assembler writes records' paths with it)
 //   limits.* (others), output.*, api.*, metrics.*, kubernetes.*, node_name -> the daemon's own structs
 //
 // Defaults equal infertapd's command-line defaults.
@@ -49,6 +50,7 @@ struct OutputSettings {
   std::uint64_t rotate_bytes = 100ull << 20;   // 0 = never rotate
   int keep_files = 5;                          // rotated files kept: file.1 .. file.N
   bool timeline = false;                       // per-event timeline in each record
+  std::string group;                           // "" = the file is 0600; else 0640 with this group
 };
 
 struct ApiSettings {
@@ -57,6 +59,12 @@ struct ApiSettings {
 
 struct MetricsSettings {
   std::string listen = "0.0.0.0:9464";  // Prometheus /metrics, /healthz, /readyz
+  std::string health_listen;            // "" = health on `listen`; else /healthz and /readyz here only
+  std::size_t max_connections = 256;    // endpoint connections open at once
+  double read_timeout_s = 5;            // accept -> whole request head
+  double write_timeout_s = 10;          // request head -> whole answer sent
+  std::size_t max_header_bytes = 8192;  // request line and headers
+  std::string web_config_file;          // TLS and basic auth (daemon/web_security.h); "" = none
   std::size_t max_label_values = 50;    // distinct values per label before "other"
   std::size_t max_series_per_family = 100;  // series per stream family before its overflow series
 };

@@ -1,8 +1,10 @@
 #include "daemon/sink.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -39,12 +41,47 @@ void consume_sigpipe() {
   }
 }
 
+// A group name or number; -1 when there is none such.
+int resolve_group(const std::string& group) {
+  if (!group.empty() && group.find_first_not_of("0123456789") == std::string::npos) return std::stoi(group);
+  for (std::size_t size = 16384; size <= (1u << 20); size *= 4) {
+    std::vector<char> buf(size);
+    struct group entry {}, *found = nullptr;
+    const int rc = getgrnam_r(group.c_str(), &entry, buf.data(), buf.size(), &found);
+    if (rc == ERANGE) continue;
+    return rc == 0 && found ? static_cast<int>(found->gr_gid) : -1;
+  }
+  return -1;
+}
+
 }  // namespace
+
+std::string describe_output(const SinkCounters& c) {
+  std::string out = std::to_string(c.written_lines) + " lines written, " + std::to_string(c.dropped_lines) + " dropped";
+  std::string reasons;
+  const auto reason = [&](const char* what, std::uint64_t n) {
+    if (n) reasons += (reasons.empty() ? "" : ", ") + std::string(what) + " " + std::to_string(n);
+  };
+  reason("queue full", c.dropped_queue_full);
+  reason("output closed", c.dropped_closed);
+  reason("write failed", c.dropped_write_failed);
+  reason("abandoned at shutdown", c.dropped_at_shutdown);
+  return reasons.empty() ? out : out + " (" + reasons + ")";
+}
+
+SinkCounters counted_since(const SinkCounters& now, const SinkCounters& before) {
+  SinkCounters d;
+#define INFERTAP_SINK_MINUS_(name, kind, help) d.name = now.name - before.name;
+  INFERTAP_SINK_COUNTERS(INFERTAP_SINK_MINUS_)
+#undef INFERTAP_SINK_MINUS_
+  return d;
+}
 
 SinkOptions sink_options(const DaemonConfig& config) {
   SinkOptions o;
   o.to_stdout = config.output.to_stdout;
   o.file = config.output.file;
+  o.group = config.output.group;
   o.rotate_bytes = config.output.rotate_bytes;
   o.keep_files = config.output.keep_files;
   o.queue_lines = config.limits.sink_queue_lines;
@@ -66,6 +103,10 @@ std::unique_ptr<RecordSink> RecordSink::open(SinkOptions options, std::string* e
     }
     sink->stdout_regular_ = S_ISREG(st.st_mode);
   }
+  if (!o.group.empty() && (sink->gid_ = resolve_group(o.group)) < 0) {
+    if (error) *error = "output.group: no group '" + o.group + "' on this host";
+    return nullptr;
+  }
   if (!o.file.empty() && !sink->open_file(error)) return nullptr;
   sink->writer_ = std::thread([s = sink.get()] { s->run(); });
   return sink;
@@ -74,18 +115,26 @@ std::unique_ptr<RecordSink> RecordSink::open(SinkOptions options, std::string* e
 RecordSink::~RecordSink() { close(options_.shutdown_timeout); }
 
 bool RecordSink::open_file(std::string* error) {
+  const mode_t mode = gid_ >= 0 ? 0640 : 0600;
   // O_NONBLOCK: opening a FIFO without a reader fails instead of hanging.
-  const int fd = ::open(options_.file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
-  if (fd < 0) {
-    if (error) *error = options_.file + ": cannot open: " + std::strerror(errno);
+  const int fd = ::open(options_.file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, mode);
+  const auto fail = [&](const std::string& why) {
+    if (error) *error = options_.file + ": " + why;
+    if (fd >= 0) ::close(fd);
     return false;
-  }
+  };
+  if (fd < 0) return fail(std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    if (error) *error = options_.file + ": not a regular file";
-    ::close(fd);
-    return false;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return fail("not a regular file");
+  // A file system without locks (ENOLCK, some network ones) is written unlocked.
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    return fail("another infertapd writes this file; give each agent an output file of its own");
   }
+  // The mode (and group) are set on a file of an earlier run too: umask and old defaults do not widen it.
+  if (gid_ >= 0 && fchown(fd, static_cast<uid_t>(-1), static_cast<gid_t>(gid_)) != 0) {
+    return fail("cannot give it to group " + options_.group + ": " + std::strerror(errno));
+  }
+  if ((st.st_mode & 07777) != mode && fchmod(fd, mode) != 0) return fail(std::string("cannot chmod: ") + std::strerror(errno));
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   file_fd_ = fd;
   file_size_ = static_cast<std::uint64_t>(st.st_size);
@@ -100,6 +149,7 @@ bool RecordSink::offer(std::string line) {
     if (closing_ || queue_.size() >= options_.queue_lines ||
         (!queue_.empty() && queued_bytes_ + bytes > options_.queue_bytes)) {
       dropped_.fetch_add(1, std::memory_order_relaxed);
+      (closing_ ? dropped_closed_ : dropped_queue_full_).fetch_add(1, std::memory_order_relaxed);
       return false;
     }
     queue_.push_back(std::move(line));
@@ -144,6 +194,10 @@ SinkCounters RecordSink::counters() const {
   c.dropped_lines = dropped_.load(std::memory_order_relaxed);
   c.write_errors = write_errors_.load(std::memory_order_relaxed);
   c.rotations = rotations_.load(std::memory_order_relaxed);
+  c.dropped_queue_full = dropped_queue_full_.load(std::memory_order_relaxed);
+  c.dropped_closed = dropped_closed_.load(std::memory_order_relaxed);
+  c.dropped_write_failed = dropped_write_failed_.load(std::memory_order_relaxed);
+  c.dropped_at_shutdown = dropped_at_shutdown_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   c.queued_lines = queue_.size();
   c.queued_bytes = queued_bytes_;
@@ -217,9 +271,11 @@ void RecordSink::write_batch(const std::string& buf, const std::vector<std::size
       ok = 0;
     }
   }
+  const std::size_t lost = ends.size() - ok;
   written_.fetch_add(ok, std::memory_order_relaxed);
-  dropped_.fetch_add(ends.size() - ok, std::memory_order_relaxed);
-  writer_dropped_.fetch_add(ends.size() - ok, std::memory_order_relaxed);
+  dropped_.fetch_add(lost, std::memory_order_relaxed);
+  writer_dropped_.fetch_add(lost, std::memory_order_relaxed);
+  (abandoned_ ? dropped_at_shutdown_ : dropped_write_failed_).fetch_add(lost, std::memory_order_relaxed);
 }
 
 std::size_t RecordSink::write_file(const std::string& buf, const std::vector<std::size_t>& ends) {
@@ -329,6 +385,7 @@ std::size_t RecordSink::write_stdout(const std::string& buf, const std::vector<s
   while (off < buf.size()) {
     if (!stdout_regular_ && !wait_writable(fd)) {
       stdout_live_ = false;
+      abandoned_ = true;
       set_error("stdout: the reader stalled past the shutdown deadline; remaining lines dropped");
       break;
     }

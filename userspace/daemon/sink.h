@@ -14,6 +14,14 @@
 // deadline instead of hanging in write(). SIGPIPE is blocked in the writer
 // thread; a closed stdout (EPIPE) is counted and no longer written.
 //
+// The file is created 0600 (0640 with output.group, owned by that group),
+// and an existing one is set so when it is opened: records name processes,
+// models and routes of the host. It is locked (flock) while open, so a
+// second agent given the same file refuses to start instead of interleaving.
+//
+// Every line offered and not written is counted as dropped, with its reason
+// (queue full, sink closed, a failed write, abandoned at the shutdown deadline).
+//
 // Rotation (output.rotate_bytes > 0): before a line that would take the file
 // past rotate_bytes (unless the file is empty), the file is closed and renamed
 // file -> file.1 -> file.2 ... -> file.N (N = keep_files; the oldest falls off),
@@ -45,6 +53,7 @@ struct SinkOptions {
   bool to_stdout = true;
   int stdout_fd = STDOUT_FILENO;  // where "stdout" lines go (tests pass a pipe); never closed by the sink
   std::string file;               // "" = no file
+  std::string group;              // "" = the file is 0600; else 0640, owned by this group (name or number)
   std::uint64_t rotate_bytes = 100ull << 20;  // 0 = never rotate
   int keep_files = 5;
   std::size_t queue_lines = 65536;              // offer() drops beyond this many queued lines
@@ -61,6 +70,10 @@ SinkOptions sink_options(const DaemonConfig& config);
 #define INFERTAP_SINK_COUNTERS(X)                                                                              \
   X(written_lines, total, "output lines written whole to every destination")                                 \
   X(dropped_lines, total, "output lines dropped: queue full, sink closed, a failed write, abandoned at shutdown") \
+  X(dropped_queue_full, total, "output lines dropped because the queue was full (the output did not keep up)")  \
+  X(dropped_closed, total, "output lines offered after the output closed")                                     \
+  X(dropped_write_failed, total, "output lines a failed write, open or rename lost")                          \
+  X(dropped_at_shutdown, total, "output lines abandoned at the shutdown deadline (the reader had stopped)")   \
   X(write_errors, total, "failed write, open or rename calls of the output")                                 \
   X(rotations, total, "output file rotations")                                                                \
   X(queued_lines, level, "output lines waiting in the queue now")                                             \
@@ -70,11 +83,19 @@ struct SinkCounters {
   INFERTAP_COUNTER_FIELDS(INFERTAP_SINK_COUNTERS)
 };
 
+// "16 lines written, 1984 dropped (queue full 0, abandoned at shutdown 1984)": the
+// reasons that dropped any, for the log.
+std::string describe_output(const SinkCounters& counters);
+// What was counted between two readings (the totals; levels are meaningless here).
+SinkCounters counted_since(const SinkCounters& now, const SinkCounters& before);
+
 class RecordSink {
  public:
-  // Opens the file (created 0644 when missing, appended to otherwise) and starts
-  // the writer thread. Returns nullptr and sets *error when the file cannot be
-  // opened or is not a regular file, or stdout is requested but closed.
+  // Opens the file (created when missing, appended to otherwise; mode 0600, or
+  // 0640 with options.group) and starts the writer thread. Returns nullptr and
+  // sets *error when the file cannot be opened, is not a regular file or is
+  // locked by another agent, the group is unknown, or stdout is requested but
+  // closed.
   static std::unique_ptr<RecordSink> open(SinkOptions options, std::string* error);
   // close(options.shutdown_timeout).
   ~RecordSink();
@@ -134,7 +155,10 @@ class RecordSink {
   std::atomic<std::int64_t> deadline_ns_{INT64_MAX};  // steady clock; writer gives up on stalls after it
 
   std::atomic<std::uint64_t> written_{0}, dropped_{0}, write_errors_{0}, rotations_{0};
+  std::atomic<std::uint64_t> dropped_queue_full_{0}, dropped_closed_{0}, dropped_write_failed_{0},
+      dropped_at_shutdown_{0};
   std::atomic<std::uint64_t> writer_dropped_{0};  // the part of dropped_ accepted but not written
+  int gid_ = -1;                                   // output.group resolved; -1 = none
 
   mutable std::mutex error_mu_;
   std::string last_error_;
@@ -144,6 +168,7 @@ class RecordSink {
   std::uint64_t file_size_ = 0;
   bool stdout_live_ = true;
   bool stdout_regular_ = false;
+  bool abandoned_ = false;  // stdout given up at the shutdown deadline
 
   std::thread writer_;
 };

@@ -230,8 +230,24 @@ void RecordStore::trim_timelines_locked() {
 }
 
 void RecordStore::set_live(std::vector<LiveStream> live) {
+  {
+    std::lock_guard lock(mu_);
+    live_ = std::move(live);
+    ++live_generation_;
+    live_asked_.store(false, std::memory_order_relaxed);
+  }
+  live_cv_.notify_all();
+}
+
+std::uint64_t RecordStore::ask_live() {
   std::lock_guard lock(mu_);
-  live_ = std::move(live);
+  live_asked_.store(true, std::memory_order_relaxed);
+  return live_generation_;
+}
+
+bool RecordStore::wait_live(std::uint64_t generation, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  return live_cv_.wait_for(lock, timeout, [&] { return live_generation_ > generation; });
 }
 
 std::vector<std::shared_ptr<const std::string>> RecordStore::recent(std::size_t limit) const {

@@ -20,6 +20,7 @@
 // subscriber queue drops the new line and counts it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -141,6 +142,14 @@ class RecordStore {
   void add(core::StreamRecord&& record);
   // Replaces the set of in-flight streams.
   void set_live(std::vector<LiveStream> live);
+  // The live view on demand: a reader asks (ask_live returns the view's
+  // generation now) and waits for a newer one; the pipeline thread, seeing
+  // live_asked() on its drain tick, publishes one at once instead of at its
+  // next once-a-second refresh.
+  std::uint64_t ask_live();
+  bool live_asked() const { return live_asked_.load(std::memory_order_relaxed); }
+  // True when a view newer than `generation` was published within `timeout`.
+  bool wait_live(std::uint64_t generation, std::chrono::milliseconds timeout) const;
 
   // Summary lines (no timeline) of the newest `limit` records, newest first.
   std::vector<std::shared_ptr<const std::string>> recent(std::size_t limit) const;
@@ -184,6 +193,9 @@ class RecordStore {
   mutable std::mutex mu_;
   std::deque<Entry> entries_;  // oldest first
   std::vector<LiveStream> live_;
+  std::uint64_t live_generation_ = 0;  // set_live() calls
+  std::atomic<bool> live_asked_{false};
+  mutable std::condition_variable live_cv_;
   std::vector<std::weak_ptr<Subscription>> subscribers_;
   StoreCounters counters_;
 };

@@ -58,6 +58,8 @@ const char* kUsage = R"(usage: sample-client [options]
   --no-stream             "stream": false
   --usage                 ask for the usage chunk (stream_options.include_usage)
   --prompt-bytes N        pad the prompt to about N bytes (default: short prompt)
+  --prompt TEXT           the prompt (default: a short story request)
+  --authorization VALUE   the Authorization header's value (default "Bearer sk-test"; x-api-key with --anthropic)
   --expect-status N       HTTP status counted as success (default 200)
   --timeout-ms MS         connect/read timeout (default 60000)
   --log FILE              NDJSON log: one line per read syscall, per SSE event, per request summary
@@ -95,6 +97,8 @@ struct Config {
   std::int64_t rcvbuf = 0;
   bool anthropic = false, stream = true, usage = false;
   std::int64_t prompt_bytes = 0;
+  std::string prompt = "Write a short story about timestamps.";
+  std::string authorization = "Bearer sk-test";
   int expect_status = 200;
   std::int64_t timeout_ms = 60000;
   std::string log_path;
@@ -426,7 +430,7 @@ class ResponseParser {
 // ---- connection worker ------------------------------------------------------------
 
 std::string build_request() {
-  std::string prompt = "Write a short story about timestamps.";
+  std::string prompt = g_cfg.prompt;
   while (std::int64_t(prompt.size()) < g_cfg.prompt_bytes) prompt += " Please be precise about every timestamp.";
   std::string b = "{\"model\":";
   it::append_json_string(b, g_cfg.model);
@@ -454,8 +458,8 @@ std::string build_request() {
                   "\r\nUser-Agent: infertap-sample-client/1\r\nContent-Type: application/json\r\n";
   r += g_cfg.stream ? "Accept: text/event-stream\r\n" : "Accept: application/json\r\n";
   if (!g_cfg.accept_encoding.empty()) r += "Accept-Encoding: " + g_cfg.accept_encoding + "\r\n";
-  if (g_cfg.anthropic) r += "x-api-key: sk-ant-test\r\nanthropic-version: 2023-06-01\r\n";
-  else r += "Authorization: Bearer sk-test\r\n";
+  if (g_cfg.anthropic) r += "x-api-key: " + g_cfg.authorization + "\r\nanthropic-version: 2023-06-01\r\n";
+  else r += "Authorization: " + g_cfg.authorization + "\r\n";
   r += g_cfg.connection == "close" ? "Connection: close\r\n" : "Connection: keep-alive\r\n";
   r += "Content-Length: " + std::to_string(b.size()) + "\r\n\r\n";
   r += b;
@@ -828,7 +832,8 @@ bool unix_address(const std::string& path) {
 int main(int argc, char** argv) {
   it::Args a(kUsage);
   for (const char* o : {"host", "port", "unix", "path", "model", "tokens", "concurrency", "requests", "reader", "read-size",
-                        "read-delay-ms", "rcvbuf", "connection", "abort-after", "rate", "stall-after", "stall-ms", "accept-encoding", "prompt-bytes", "expect-status", "timeout-ms", "log"})
+                        "read-delay-ms", "rcvbuf", "connection", "abort-after", "rate", "stall-after", "stall-ms", "accept-encoding", "prompt-bytes", "prompt",
+                        "authorization", "expect-status", "timeout-ms", "log"})
     a.option(o);
   for (const char* f : {"anthropic", "no-stream", "usage"}) a.flag(f);
   if (!a.parse(argc, argv)) return 2;
@@ -859,6 +864,8 @@ int main(int argc, char** argv) {
   c.stream = !a.has("no-stream");
   c.usage = a.has("usage");
   c.prompt_bytes = a.integer("prompt-bytes", 0);
+  c.prompt = a.str("prompt", c.prompt);
+  c.authorization = a.str("authorization", c.anthropic ? "sk-ant-test" : c.authorization);
   c.expect_status = int(a.integer("expect-status", 200));
   c.timeout_ms = std::max<std::int64_t>(1, a.integer("timeout-ms", c.timeout_ms));
   c.log_path = a.str("log", "");

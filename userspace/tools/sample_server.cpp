@@ -61,6 +61,7 @@ const char* kUsage = R"(usage: sample-server [options]
   --no-nodelay           do not set TCP_NODELAY on accepted sockets
   --sndbuf BYTES         SO_SNDBUF on accepted sockets (the kernel doubles it and stops autotuning);
                          with a slow reader a small one makes sends block (default: kernel autotuning)
+  --text TEXT            every content token carries this text (default: a canned sentence)
   --seed N               PRNG seed for ids and jitter (default: random)
   --encoding gzip|deflate|br|zstd  compress event streams with this coding when the request's
                          Accept-Encoding lists it ("Content-Encoding" set; each event flushed)
@@ -130,10 +131,12 @@ const std::array<const char*, 32> kTokens = {
     " one",     ",",        " each",   " in",        " its",    " own",     " server",  "-sent",
     " event",   ".\n",      " \"",     "Quoted",     "\"",      " words",   " and",     " more"};
 
+std::string g_text;  // --text: every token says this instead
+
 // JSON-escaped text of token i.
 std::string token_text(std::int64_t i) {
   std::string s;
-  it::append_json_escaped(s, kTokens[std::size_t(i) % kTokens.size()]);
+  it::append_json_escaped(s, g_text.empty() ? kTokens[std::size_t(i) % kTokens.size()] : g_text.c_str());
   return s;
 }
 // JSON-escaped text of the whole completion (non-streaming responses).
@@ -872,9 +875,11 @@ void serve_connection(Conn& c) {
     bool stay = keep_alive;
     Api api;
     bool known = true;
-    if (path == "/v1/chat/completions" || path == "/chat/completions") api = Api::chat;
-    else if (path == "/v1/completions" || path == "/completions") api = Api::completions;
-    else if (path == "/v1/messages") api = Api::anthropic;
+    // By the end of the path: a gateway or deployment prefix (/openai/deployments/x/...) is served too.
+    const auto ends = [&](std::string_view tail) { return path.ends_with(tail); };
+    if (ends("/chat/completions")) api = Api::chat;
+    else if (ends("/completions")) api = Api::completions;
+    else if (ends("/v1/messages")) api = Api::anthropic;
     else known = false;
 
     if (known && r.method == "POST") {
@@ -1027,7 +1032,8 @@ int main(int argc, char** argv) {
   it::Args a(kUsage);
   for (const char* o : {"host", "port", "unix", "model", "framing", "sender", "ttft-ms", "itl-ms", "jitter-ms", "tokens",
                         "pause-after", "pause-ms", "events-per-write", "slow-factor", "log", "exit-after",
-                        "max-conns", "grace-ms", "seed", "accel-buffering", "sndbuf", "encoding", "encoding-hold"})
+                        "max-conns", "grace-ms", "seed", "accel-buffering", "sndbuf", "encoding", "encoding-hold",
+                        "text"})
     a.option(o);
   a.flag("usage");
   a.flag("no-nodelay");
@@ -1057,6 +1063,7 @@ int main(int argc, char** argv) {
   c.usage = a.has("usage");
   if (a.has("accel-buffering")) c.accel_buffering = a.choice("accel-buffering", "", {"yes", "no"});
   c.log_path = a.str("log", "");
+  g_text = a.str("text", "");
   c.exit_after = a.integer("exit-after", 0);
   c.max_conns = a.integer("max-conns", c.max_conns);
   c.grace_ms = a.number("grace-ms", 0);

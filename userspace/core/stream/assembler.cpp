@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "core/conn/tcp.h"
+#include "core/labels.h"
 #include "core/metrics.h"
 
 namespace infertap::core {
@@ -63,7 +64,7 @@ void StreamAssembler::start(const protocol::ResponseInfo& response) {
   piece_first_event_ = 0;
   if (const protocol::RequestInfo* req = response.request) {
     r.method = req->method;
-    r.path = req->target;
+    r.path = sanitize_target(req->target, config_.privacy);  // no query, no secret-like segments
     r.request_start_ns = req->start_ns;
     r.request_end_ns = req->complete ? req->end_ns : 0;
     const protocol::RequestMeaning meaning = protocol::interpret_request_body(req->body_head);
