@@ -79,6 +79,11 @@ else
   failed=$((failed + 1)); failures+=("aarch64 build"); tail -30 build/cross-arm64.log
 fi
 
+# Integration tests and the benchmark load BPF programs and bind fixed ports:
+# one run per host at a time (the integration binary takes the same lock).
+exec 9>/tmp/infertap-integration.lock
+flock 9
+export INFERTAP_HOST_LOCK_HELD=1
 run_gtest "integration tests (BPF, root)" build/integration_tests
 
 echo "== layers (includes point down: scripts/check_layers.py)"
