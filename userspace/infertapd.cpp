@@ -353,8 +353,8 @@ class Agent {
     capture::Capture* cap = capture_.get();
     pipeline_ = std::make_unique<core::Pipeline>(
         config_.pipeline, [this](core::StreamRecord&& record) { on_record(std::move(record)); },
-        [cap](std::uint64_t sock_id) { cap->mute(sock_id); }, read_cgroup_path, read_comm);
-    pipeline_->set_forget([cap](std::uint64_t sock_id) { cap->forget(sock_id); });
+        [cap](std::uint64_t sock_id, std::uint32_t inode) { cap->mute(sock_id, inode); }, read_cgroup_path, read_comm);
+    pipeline_->set_forget([cap](std::uint64_t sock_id, std::uint32_t inode) { cap->forget(sock_id, inode); });
     // Per new connection: process name and unix path targeting (the kernel
     // filters pids, ports and cgroups itself) and the container / pod the
     // process runs in.

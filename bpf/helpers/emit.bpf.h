@@ -144,15 +144,22 @@ static __always_inline void fill_data_header(struct itap_event *e, const struct 
  * moved, from the first one (what TCP's sequence gives: positions, and holes
  * where events were lost). Not atomic against a second thread writing the
  * same socket at the same instant (bytes that interleave make no HTTP
- * anyway): at worst a hole or an overlap, never a crash.
+ * anyway): at worst a hole or an overlap, never a crash. A send also tells
+ * whether it left the send buffer full (ITAP_F_SNDBUF_FULL).
  */
-static __always_inline void count_unix_bytes(struct itap_event *e, struct itap_conn *conn, bool send, long ret)
+static __always_inline void count_unix_bytes(struct itap_event *e, struct sock *sk, struct itap_conn *conn, bool send,
+					     long ret)
 {
 	__u32 moved = ret > 0 ? (__u32)ret : 0;
+	bool full = false;
 
 	if (send) {
 		conn->unix_sent += moved;
 		e->seq_end = conn->unix_sent;
+		/* the send buffer left full: the next send waits for the reader (backpressure) */
+		e->arrived_seq = itap_unix_unread(sk, &full);
+		if (full)
+			e->flags |= ITAP_F_SNDBUF_FULL;
 	} else {
 		conn->unix_rcvd += moved;
 		e->seq_end = conn->unix_rcvd;
@@ -260,7 +267,7 @@ static __always_inline void emit_data_event(struct itap_scratch *rec, const stru
 	if (e->family == AF_UNIX) {
 		if (!conn) /* no entry (map full, counted): no count to place the bytes by */
 			return;
-		count_unix_bytes(e, conn, send, ret);
+		count_unix_bytes(e, sk, conn, send, ret);
 	} else {
 		note_sequence_state(e, sk, conn, send, ret);
 	}
@@ -336,7 +343,7 @@ static __always_inline void emit_state_event(struct sock *sk, struct itap_conn *
 	e->new_state = newstate;
 	e->flags = flags;
 	itap_fill_sock_cached(e, sk, conn);
-	fill_connection_constants(e, sk, true);
+	fill_connection_constants(e, sk, conn->transport != ITAP_TRANSPORT_UNIX);
 	bpf_ringbuf_submit(e, ring_wakeup_flags());
 	stat_inc(ITAP_STAT_EVENTS);
 }
@@ -371,6 +378,22 @@ static __always_inline void on_tcp_state_change(struct sock *sk, int oldstate, i
 
 /* tcp_destroy_sock: the last moment of a socket the map may still hold. */
 static __always_inline void on_tcp_destroy(struct sock *sk)
+{
+	__u64 skey = (__u64)sk;
+	struct itap_conn *conn = bpf_map_lookup_elem(&itap_conns, &skey);
+
+	if (!conn)
+		return;
+	if (conn->verdict == ITAP_VERDICT_FOLLOW)
+		emit_state_event(sk, conn, TCP_CLOSE, ITAP_STATE_DESTROYED, 0);
+	forget_closed_socket(skey, conn);
+}
+
+/*
+ * A unix socket is freed (unix_sock_destructor: both ends have released it):
+ * a followed one's close is reported (ITAP_STATE_DESTROYED), its entry goes.
+ */
+static __always_inline void on_unix_destroy(struct sock *sk)
 {
 	__u64 skey = (__u64)sk;
 	struct itap_conn *conn = bpf_map_lookup_elem(&itap_conns, &skey);

@@ -69,14 +69,16 @@ static __always_inline void forget_closed_socket(__u64 skey, struct itap_conn *c
 }
 
 /*
- * A unix socket's close is not seen (no tracepoint in its release path): its
- * entry stays until the LRU evicts it, and a new socket at the same address
- * would inherit it. The inode tells them apart (0 once the socket closed):
- * one read per call on a unix socket, none on TCP. A stale entry goes.
+ * A unix socket's close has no tracepoint: its entry goes when the socket is
+ * freed (fentry/unix_sock_destructor, programs/unix_close.bpf.c). Where that
+ * program cannot attach, the entry would stay until the LRU evicts it, and a
+ * new socket at the same address would inherit it; then the inode tells them
+ * apart (0 once the socket closed): one read per call on a unix socket, none
+ * on TCP, and a stale entry goes. With the destructor seen, no read at all.
  */
 static __always_inline bool entry_is_this_socket(struct sock *sk, __u64 skey, struct itap_conn *conn)
 {
-	if (conn->transport != ITAP_TRANSPORT_UNIX || itap_sock_ino(sk) == conn->ino)
+	if (conn->transport != ITAP_TRANSPORT_UNIX || unix_close_signal || itap_sock_ino(sk) == conn->ino)
 		return true;
 	stat_inc(ITAP_STAT_UNIX_REUSED);
 	forget_closed_socket(skey, conn);

@@ -249,6 +249,23 @@ static __always_inline __u32 itap_unix_path(__u8 *dst, struct sock *sk, __u16 *f
 	return n;
 }
 
+/*
+ * AF_UNIX, after a send: the bytes of this socket its reader has not consumed
+ * (sk_wmem_alloc, which starts at 1: sk_wmem_alloc_get), and whether they fill
+ * the send buffer. A unix send allocates while this is under sk_sndbuf and
+ * waits (or fails with EAGAIN) once it is not: then the next send waits for
+ * the reader. Two reads, followed unix sends only.
+ */
+static __always_inline __u32 itap_unix_unread(struct sock *sk, bool *full)
+{
+	__u32 used = (__u32)BPF_CORE_READ(sk, sk_wmem_alloc.refs.counter);
+	int sndbuf = BPF_CORE_READ(sk, sk_sndbuf);
+
+	used = used ? used - 1 : 0;
+	*full = sndbuf > 0 && used >= (__u32)sndbuf;
+	return used;
+}
+
 /* The process at the other end (SO_PEERCRED), as the root pid namespace numbers it. */
 static __always_inline __u32 itap_unix_peer_pid(struct sock *sk)
 {

@@ -28,6 +28,12 @@ __weak const volatile __u32 tail_bytes = ITAP_TAIL_DEFAULT;
 __weak const volatile __u64 wakeup_bytes = 256 * 1024;
 /* tcp_destroy_sock is attached: a socket closed with unread bytes keeps its entry until then */
 __weak const volatile bool destroy_signal = false;
+/*
+ * fentry/unix_sock_destructor is attached: a unix socket's entry goes when the
+ * socket is freed, so no call needs to tell it from an older socket at the
+ * same address (the per-call inode check in helpers/gate.bpf.h is off).
+ */
+__weak const volatile bool unix_close_signal = false;
 
 /* Arguments of a send/recv in flight, keyed by pid_tgid (syscall sets). */
 struct itap_args {

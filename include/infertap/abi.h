@@ -95,6 +95,14 @@ enum itap_event_flags {
 	ITAP_F_MORE = 1 << 6,       /* send with MSG_MORE: the kernel may hold the bytes for more */
 	ITAP_F_UNREAD = 1 << 7,     /* state TCP_CLOSE, received bytes still unread: the socket is read on */
 	ITAP_F_PEER_PATH = 1 << 8,  /* AF_UNIX: the path after the tail is the peer's (this socket has no name) */
+	/*
+	 * AF_UNIX send: after the call the bytes its reader has not consumed
+	 * fill the send buffer (sk_wmem_alloc >= sk_sndbuf), so the next send
+	 * waits for the reader, or fails with EAGAIN: backpressure. A unix send
+	 * has no tracepoint at its start to time the wait by (TCP's
+	 * tcp_sendmsg_locked), nor a window to watch; this is its evidence.
+	 */
+	ITAP_F_SNDBUF_FULL = 1 << 9,
 };
 
 /*
@@ -211,7 +219,12 @@ struct itap_event {
 	 * unread is sent alone (see bpf/programs/delivery_signals.bpf.c). 0 = none.
 	 */
 	__u64 arrived_ns;
-	__u32 arrived_seq; /* rcv_nxt at that arrival */
+	/*
+	 * rcv_nxt at that arrival. AF_UNIX sends (no arrival to carry): the
+	 * bytes of this socket its reader has not consumed yet, as the kernel
+	 * charges them to the send buffer (skb overhead included), after the call.
+	 */
+	__u32 arrived_seq;
 	__u32 peer_pid;    /* AF_UNIX first event: the peer's process (SO_PEERCRED), 0 when unknown */
 };
 

@@ -123,11 +123,13 @@ class Capture {
 
   // Stop sending events for a socket (userspace decided it is not a stream).
   // Only a socket the kernel still holds is muted: one closed meanwhile stays
-  // gone (its address may be the next socket's).
-  void mute(std::uint64_t sock_id);
+  // gone (its address may be the next socket's). inode: a unix socket's (0 for
+  // TCP); an entry the kernel made since for a newer unix socket at the same
+  // address (another inode) is left as it is.
+  void mute(std::uint64_t sock_id, std::uint32_t inode = 0);
   // Forget a socket: its next data is classified afresh. (Its follow-hint
-  // count stays: see itap_follow_hint.)
-  void forget(std::uint64_t sock_id);
+  // count stays: see itap_follow_hint.) inode: as for mute.
+  void forget(std::uint64_t sock_id, std::uint32_t inode = 0);
   // Does the kernel still hold an entry for the socket? Its close deletes it,
   // even when the ring buffer was too full to report the close.
   bool knows(std::uint64_t sock_id) const;

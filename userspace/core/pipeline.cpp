@@ -94,7 +94,7 @@ void Pipeline::on_event(const capture::IoEvent& event) {
   join_finished(*conn);
   if ((event.h().flags & ITAP_F_EOF) && conn->identity().transport == Transport::unix_stream &&
       unix_peer_shut_down(*conn, event.h().ts_ns)) {
-    finish_unix_connection(event.h().sock_id, event.h().ts_ns);
+    finish_unix_connection(event.h().sock_id, conn->identity().inode, event.h().ts_ns);
     return;
   }
   if (decision.ended) close_connection(event.h().sock_id, event.h().ts_ns, StreamEnd::connection_closed);
@@ -114,14 +114,16 @@ bool Pipeline::unix_peer_shut_down(Connection& reader, TimestampNs ts) {
     Connection& peer = *it->second;
     const bool peer_done = peer.on_peer_shut_down(ts);
     join_finished(peer);
-    if (peer_done) finish_unix_connection(peer.identity().sock_id, ts);
+    if (peer_done) finish_unix_connection(peer.identity().sock_id, peer.identity().inode, ts);
   }
   return reader.inbound_ended() && reader.outbound_ended();
 }
 
-void Pipeline::finish_unix_connection(std::uint64_t sock_id, TimestampNs ts) {
+// The kernel's entry goes too, unless it already belongs to a newer socket at
+// this address (the userspace side runs behind the kernel's: the inode decides).
+void Pipeline::finish_unix_connection(std::uint64_t sock_id, std::uint32_t inode, TimestampNs ts) {
   close_connection(sock_id, ts, StreamEnd::connection_closed);
-  if (forget_) forget_(sock_id);
+  if (forget_) forget_(sock_id, inode);
 }
 
 void Pipeline::on_state(const capture::IoEvent& event) {
@@ -135,6 +137,9 @@ void Pipeline::on_state(const capture::IoEvent& event) {
   if (h.new_state == kTcpClose && (h.flags & ITAP_F_UNREAD)) {
     it->second->on_closed_unread();  // read on to the end; destroyed or EOF ends it
   } else if (h.new_state == kTcpClose || h.new_state == ITAP_STATE_DESTROYED) {
+    // A unix socket freed (its only end the kernel side sees): it sent all
+    // it will, as TCP's FIN says (a close-delimited response ends there).
+    if (it->second->identity().transport == Transport::unix_stream) it->second->on_peer_shut_down(h.ts_ns);
     close_connection(h.sock_id, h.ts_ns, StreamEnd::connection_closed);
   } else {
     it->second->on_state(event);
@@ -212,14 +217,14 @@ Connection* Pipeline::open_connection(const capture::IoEvent& event) {
     // A TCP socket loses its port when it closes: this call ran after the
     // close (a send racing the peer's reset). Nothing of a live connection.
     ++counters_.calls_after_close;
-    if (forget_) forget_(h.sock_id);
+    if (forget_) forget_(h.sock_id, 0);
     return nullptr;
   }
   if (connections_.size() >= config_.max_connections) evict_oldest(h.ts_ns);
   ConnIdentity id = identity_of(event);
   if (admit_ && !admit_(id)) {
     ++counters_.connections_refused;
-    stop_following(h.sock_id);
+    stop_following(h.sock_id, id.inode);
     return nullptr;
   }
   ++counters_.connections_opened;
@@ -233,7 +238,7 @@ Connection* Pipeline::open_connection(const capture::IoEvent& event) {
 // What a connection decided: its role, a mute.
 void Pipeline::take(Connection& conn, const Connection::Decision& decision) {
   if (decision.role_decided) live_.role_decided(conn);
-  if (decision.mute && mute_) mute_(conn.identity().sock_id);
+  if (decision.mute && mute_) mute_(conn.identity().sock_id, conn.identity().inode);
 }
 
 // The records a connection finished go to the joiner.
@@ -274,12 +279,13 @@ void Pipeline::evict_oldest(TimestampNs now) {
   const std::size_t n = std::max<std::size_t>(1, by_age.size() / 16);
   std::nth_element(by_age.begin(), by_age.begin() + static_cast<std::ptrdiff_t>(n - 1), by_age.end());
   for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t inode = connections_.at(by_age[i].second)->identity().inode;
     close_connection(by_age[i].second, now, StreamEnd::evicted);
     ++counters_.connections_evicted;
     // Stop following it: were its next event to make it a connection again
     // (joined mid-stream), a table full of live sockets would evict and
     // re-admit in a loop, one partial record per turn.
-    stop_following(by_age[i].second);
+    stop_following(by_age[i].second, inode);
   }
 }
 
@@ -328,13 +334,13 @@ void Pipeline::for_each_active_stream(const std::function<void(const StreamRecor
   }
 }
 
-void Pipeline::stop_following(std::uint64_t sock_id) {
+void Pipeline::stop_following(std::uint64_t sock_id, std::uint32_t inode) {
   // Bounded (a few MiB at most): a socket forgotten here is judged again on
   // its next event, but after the kernel mute there are only the events that
   // were already in the ring buffer, so the bound only has to outlast those.
   if (refused_.size() >= std::max<std::size_t>(4 * config_.max_connections, 65536)) refused_.clear();
   refused_.insert(sock_id);
-  if (mute_) mute_(sock_id);
+  if (mute_) mute_(sock_id, inode);
 }
 
 std::string Pipeline::cgroup_path(std::uint32_t pid) {

@@ -139,6 +139,11 @@ struct TcpContext {
   std::uint64_t send_blocked_ns = 0;
   std::uint32_t eagain = 0;         // non-blocking sends refused for lack of buffer space
   std::vector<TimestampNs> eagain_ns;  // bounded like the evidence below
+  // Unix sockets (no window, no timed send start): sends that left the send
+  // buffer full, so that the next one waited for the reader or got EAGAIN;
+  // when, and how many bytes the reader had not consumed then (bounded).
+  std::uint32_t send_buffer_full = 0;
+  std::vector<std::pair<TimestampNs, std::uint32_t>> send_buffer_full_at;
   std::uint32_t partial_sends = 0;  // sends that moved fewer bytes than asked
   std::uint32_t buf_limit = 0;      // the protocol's memory limit was hit
   // Evidence for stall diagnosis (bounded: the first kMaxEvidence of each).

@@ -88,6 +88,7 @@ json tcp_json(const core::TcpContext& t) {
   j["send_blocked"] = t.send_blocked;
   j["send_blocked_ms"] = ms(t.send_blocked_ns);
   j["eagain"] = t.eagain;
+  j["send_buffer_full"] = t.send_buffer_full;
   j["partial_sends"] = t.partial_sends;
   j["buf_limit"] = t.buf_limit;
   return j;

@@ -59,6 +59,9 @@ const char* kUsage = R"(usage: sample-server [options]
   --max-conns N          concurrent connections before answering 503 (default 4096)
   --grace-ms MS          on SIGTERM/SIGINT wait up to MS for open streams to finish (default 0)
   --no-nodelay           do not set TCP_NODELAY on accepted sockets
+  --nonblocking          send as an event loop does (uvicorn, nginx): every send with MSG_DONTWAIT;
+                         a send refused with EAGAIN is logged ("error") and retried once poll says
+                         the socket is writable
   --sndbuf BYTES         SO_SNDBUF on accepted sockets (the kernel doubles it and stops autotuning);
                          with a slow reader a small one makes sends block (default: kernel autotuning)
   --text TEXT            every content token carries this text (default: a canned sentence)
@@ -103,6 +106,7 @@ struct Config {
   std::int64_t max_conns = 4096;
   double grace_ms = 0;
   bool nodelay = true;
+  bool nonblocking = false;
   std::int64_t sndbuf = 0;
   std::uint64_t seed = 0;
   std::string encoding;           // "" = never compress
@@ -355,10 +359,11 @@ std::int64_t send_wire(Conn& c, const Wire& w, const SendInfo& si) {
   while (done < total) {
     ssize_t n;
     const std::int64_t t_enter = it::mono_ns();
-    if (s == Sender::write) {
+    const int dontwait = g_cfg.nonblocking ? MSG_DONTWAIT : 0;
+    if (s == Sender::write && !dontwait) {
       n = ::write(c.fd, w.data.data() + done, total - done);
-    } else if (s == Sender::send) {
-      n = ::send(c.fd, w.data.data() + done, total - done, MSG_NOSIGNAL);
+    } else if (s == Sender::write || s == Sender::send) {
+      n = ::send(c.fd, w.data.data() + done, total - done, MSG_NOSIGNAL | dontwait);
     } else {
       // Build iovecs for the remaining segments.
       int cnt = 0;
@@ -369,19 +374,27 @@ std::int64_t send_wire(Conn& c, const Wire& w, const SendInfo& si) {
         iov[cnt].iov_len = len - skip;
         if (++cnt == int(sizeof iov / sizeof iov[0])) break;
       }
-      if (s == Sender::writev) {
+      if (s == Sender::writev && !dontwait) {  // writev takes no flags: --nonblocking sends it with sendmsg
         n = ::writev(c.fd, iov, cnt);
       } else {
         msghdr mh{};
         mh.msg_iov = iov;
         mh.msg_iovlen = std::size_t(cnt);
-        n = ::sendmsg(c.fd, &mh, MSG_NOSIGNAL);
+        n = ::sendmsg(c.fd, &mh, MSG_NOSIGNAL | dontwait);
       }
     }
     ts = it::mono_ns();  // immediately after the syscall returned
     if (n < 0) {
       int e = errno;
       if (e == EINTR) continue;
+      if (dontwait && (e == EAGAIN || e == EWOULDBLOCK)) {
+        // An event loop's way: the refusal is logged, the send waits for POLLOUT.
+        log_send(c, si, ts, ts - t_enter, 0, sname, e);
+        pollfd pfd{c.fd, POLLOUT, 0};
+        while (::poll(&pfd, 1, -1) < 0 && errno == EINTR) {
+        }
+        continue;
+      }
       log_send(c, si, ts, ts - t_enter, 0, sname, e);
       g_send_errors.fetch_add(1, std::memory_order_relaxed);
       return -1;
@@ -1037,6 +1050,7 @@ int main(int argc, char** argv) {
     a.option(o);
   a.flag("usage");
   a.flag("no-nodelay");
+  a.flag("nonblocking");
   if (!a.parse(argc, argv)) return 2;
   Config& c = g_cfg;
   c.host = a.str("host", c.host);
@@ -1068,6 +1082,7 @@ int main(int argc, char** argv) {
   c.max_conns = a.integer("max-conns", c.max_conns);
   c.grace_ms = a.number("grace-ms", 0);
   c.nodelay = !a.has("no-nodelay");
+  c.nonblocking = a.has("nonblocking");
   c.sndbuf = a.integer("sndbuf", 0);
   c.seed = a.has("seed") ? std::uint64_t(a.integer("seed", 0)) : it::seed_from_entropy();
   if (c.port < 0 || c.port > 65535) {

@@ -75,6 +75,7 @@ bool Connection::note_failed_call(const capture::IoEvent& event) {
     TcpContext& tcp = r->tcp;
     ++tcp.eagain;
     if (tcp.eagain_ns.size() < TcpContext::kMaxEvidence) tcp.eagain_ns.push_back(h.ts_ns);
+    note_full_buffer(tcp, h);
   }
   if (!(h.flags & ITAP_F_EOF)) return false;
   inbound_eof_ = true;
@@ -135,6 +136,15 @@ void Connection::note_send(const capture::IoEvent& event) {
     tcp.send_blocked_ns += took;
   }
   if (h.flags & ITAP_F_PARTIAL) ++tcp.partial_sends;
+  note_full_buffer(tcp, h);
+}
+
+// A unix send that left its send buffer full (the kernel side's flag): the
+// next send waits for the reader.
+void Connection::note_full_buffer(TcpContext& tcp, const itap_event& h) {
+  if (!(h.flags & ITAP_F_SNDBUF_FULL)) return;
+  ++tcp.send_buffer_full;
+  if (tcp.send_buffer_full_at.size() < TcpContext::kMaxEvidence) tcp.send_buffer_full_at.emplace_back(h.ts_ns, h.arrived_seq);
 }
 
 void Connection::on_signal(const capture::DeliverySignal& signal) {

@@ -77,6 +77,7 @@ class Connection {
   bool note_failed_call(const capture::IoEvent& event);
   bool feed(protocol::Flow flow, const capture::IoEvent& event);
   void note_send(const capture::IoEvent& event);
+  static void note_full_buffer(TcpContext& tcp, const itap_event& h);
 
   ConnIdentity identity_;
   PipelineCounters& counters_;
