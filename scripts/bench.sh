@@ -3,7 +3,9 @@
 #  1. userspace pipeline throughput (Google Benchmark, one core, recorded-style events);
 #  2. send-path overhead on traced and untraced processes, agent off vs on,
 #     measured side by side: runs alternate off/on so drift hits both alike;
-#  3. the sample server at a high chunk rate, agent off vs on.
+#  3. the sample server at a high chunk rate, agent off vs on;
+#  4. in-kernel cost per call of each program (bpf_stats), TCP and unix sockets side by side;
+#  5. memory under load.
 # Needs root. REPS=3 alternations per case by default; SECTIONS="1 3" runs only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +61,7 @@ if want 2; then
 echo "== 2. send path, agent off vs on (median of $REPS alternations, ${SECONDS_PER_RUN}s each)"
 send_case "traced: SSE over loopback TCP"   --payload sse --size 256
 send_case "untraced: binary TCP (muted)"     --payload binary --size 256
+send_case "untraced: binary unix (muted)"    --mode unix --payload binary --size 256
 send_case "untraced: writes to /dev/null"    --mode file --size 256
 
 fi
@@ -138,20 +141,35 @@ done
 fi
 if want 4; then
 echo "== 4. in-kernel cost per call (kernel.bpf_stats_enabled: program run time / run count), default set"
-prog_cost() {  # $1 = label; rest = send-loop args
-  local label=$1; shift
-  agent_on sock
+prog_cost() {  # $1 = label, $2 = extra infertapd flags ("" for none); rest = send-loop args
+  local label=$1 flags=$2; shift 2
+  # shellcheck disable=SC2086  # the flags are words
+  agent_on sock $flags
   build/send-loop "$@" --seconds "$SECONDS_PER_RUN" >/dev/null
-  # programs that never ran print no run_time_ns / run_cnt at all
-  bpftool -j prog show | jq -r '.[] | select((.name // "") | startswith("itap_")) | select((.run_cnt // 0) > 0) |
+  # This agent's programs only (another agent on the host has its own): the
+  # ids of the BPF programs it holds open. Programs that never ran print no
+  # run_time_ns / run_cnt at all.
+  local ids
+  ids=$(grep -h '^prog_id:' /proc/"$agent_pid"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -un | paste -sd, -)
+  bpftool -j prog show | jq -r --arg ids "$ids" '($ids | split(",") | map(tonumber)) as $mine | .[] |
+    select((.name // "") | startswith("itap_")) | select(.id as $i | $mine | index($i)) | select((.run_cnt // 0) > 0) |
     "\(.name) \(.run_time_ns) \(.run_cnt)"' |
-    awk -v l="$label" '{ printf "    %-32s %-16s %8d calls  %6.0f ns/call\n", l, $1, $3, $2 / $3 }'
+    awk -v l="$label" '{ printf "    %-44s %-20s %8d calls  %6.0f ns/call\n", l, $1, $3, $2 / $3 }'
   agent_off
 }
 stats_before=$(sysctl -n kernel.bpf_stats_enabled)
 sysctl -qw kernel.bpf_stats_enabled=1
-prog_cost "traced: SSE over loopback TCP" --payload sse --size 256
-prog_cost "untraced: binary TCP (muted)" --payload binary --size 256
+# TCP and unix alternate, REPS times: the two are compared within one run.
+# "not targeted": the agent traces port 1 only, so every call on these
+# sockets is turned away by the socket filter instead of a muted verdict.
+for _ in $(seq "$REPS"); do
+  prog_cost "traced: SSE over loopback TCP" "" --payload sse --size 256
+  prog_cost "traced: SSE over a unix socket" "" --mode unix --payload sse --size 256
+  prog_cost "untraced: binary TCP (muted)" "" --payload binary --size 256
+  prog_cost "untraced: binary unix (muted)" "" --mode unix --payload binary --size 256
+  prog_cost "untraced: TCP, not targeted (--port 1)" "--port 1" --payload binary --size 256
+  prog_cost "untraced: unix, not targeted (--port 1)" "--port 1" --mode unix --payload binary --size 256
+done
 sysctl -qw kernel.bpf_stats_enabled="$stats_before"
 
 fi

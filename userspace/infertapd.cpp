@@ -368,17 +368,21 @@ class Agent {
     capture::Capture* cap = capture_.get();
     pipeline_ = std::make_unique<core::Pipeline>(
         config_.pipeline, [this](core::StreamRecord&& record) { on_record(std::move(record)); },
-        [cap](std::uint64_t sock_id) { cap->mute(sock_id); }, read_cgroup_path, read_comm);
-    pipeline_->set_forget([cap](std::uint64_t sock_id) { cap->forget(sock_id); });
+        [cap](std::uint64_t sock_id, std::uint32_t inode) { cap->mute(sock_id, inode); }, read_cgroup_path, read_comm);
+    pipeline_->set_forget([cap](std::uint64_t sock_id, std::uint32_t inode) { cap->forget(sock_id, inode); });
     pipeline_->set_tls_library_names([cap](std::uint16_t id) { return std::string(cap->tls_library(id)); });
-    // Per new connection: process name targeting (the kernel filters pids,
-    // ports and cgroups itself) and the container / pod the process runs in.
-    pipeline_->set_admit([this, patterns = config_.targeting.process_name_patterns](core::ConnIdentity& id) {
+    // Per new connection: process name and unix path targeting (the kernel
+    // filters pids, ports and cgroups itself) and the container / pod the
+    // process runs in.
+    pipeline_->set_admit([this, patterns = config_.targeting.process_name_patterns,
+                          unix_paths = config_.targeting.unix_paths](core::ConnIdentity& id) {
       // The kernel reports the name of the thread that made the call; a process
       // whose threads are renamed (prctl) is matched by its own name too.
       if (!daemon::comm_matches(patterns, id.comm) && !daemon::comm_matches(patterns, read_comm(id.pid))) {
         return false;
       }
+      // A unix socket's path, where a port would be (the kernel lets unix sockets through when paths are listed).
+      if (!daemon::unix_path_matches(unix_paths, id)) return false;
       workloads_.fill(id, id.first_seen_ns);
       return true;
     });

@@ -79,7 +79,7 @@ static __always_inline __u16 payload_flags(const struct copy_params *cp, const s
  * *created when this call created the entry.
  */
 static __always_inline __u8 classify_new_socket(struct itap_scratch *rec, const struct copy_params *cp, __u64 skey,
-						__u64 ts, bool *created)
+						__u64 ts, __u8 transport, bool *created)
 {
 	__u32 n = cp->head_len < ITAP_CLASSIFY_BYTES ? cp->head_len : ITAP_CLASSIFY_BYTES;
 	struct itap_conn c = {};
@@ -90,11 +90,16 @@ static __always_inline __u8 classify_new_socket(struct itap_scratch *rec, const 
 
 	__builtin_memcpy(&v, rec->data + ITAP_HDR_SIZE, sizeof(v));
 	__builtin_memcpy(&v2, rec->data + ITAP_HDR_SIZE + 8, sizeof(v2));
-	c.verdict = classify_first_bytes(v, v2, n, tls_enabled);
+	/* TLS is followed on TCP only: its ACKs and sequences are TCP's */
+	c.verdict = classify_first_bytes(v, v2, n, tls_enabled && transport == ITAP_TRANSPORT_TCP);
 	/* TLS from its handshake (content type 22): first_seen_ns is when it began */
 	c.tls_handshake = c.verdict == ITAP_VERDICT_TLS && (__u8)v == 22;
 	c.first_seen_ns = ts;
-	if (c.verdict == ITAP_VERDICT_FOLLOW || c.verdict == ITAP_VERDICT_TLS) {
+	c.transport = transport;
+	if (transport == ITAP_TRANSPORT_UNIX)
+		c.ino = itap_sock_ino((struct sock *)skey);
+	/* unix sockets get no delivery signal: the per-segment programs need not see them */
+	if ((c.verdict == ITAP_VERDICT_FOLLOW || c.verdict == ITAP_VERDICT_TLS) && transport == ITAP_TRANSPORT_TCP) {
 		hint = follow_hint(skey);
 		if (hint) {
 			__sync_fetch_and_add(hint, 1);
@@ -112,6 +117,8 @@ static __always_inline __u8 classify_new_socket(struct itap_scratch *rec, const 
 		drop_inc(ITAP_DROP_CONN_MAP_FULL);
 	*created = true;
 	stat_inc(c.verdict == ITAP_VERDICT_MUTED ? ITAP_STAT_NEW_MUTED : ITAP_STAT_NEW_FOLLOWED);
+	if (transport == ITAP_TRANSPORT_UNIX)
+		stat_inc(ITAP_STAT_UNIX_CLASSIFIED);
 	return c.verdict;
 }
 
@@ -134,6 +141,33 @@ static __always_inline void fill_data_header(struct itap_event *e, const struct 
 	e->flags = flags;
 	e->head_len = cp->head_len;
 	e->tail_len = cp->tail_len;
+}
+
+/*
+ * A unix socket has no sequence: its entry counts the bytes each traced call
+ * moved, from the first one (what TCP's sequence gives: positions, and holes
+ * where events were lost). Not atomic against a second thread writing the
+ * same socket at the same instant (bytes that interleave make no HTTP
+ * anyway): at worst a hole or an overlap, never a crash. A send also tells
+ * whether it left the send buffer full (ITAP_F_SNDBUF_FULL).
+ */
+static __always_inline void count_unix_bytes(struct itap_event *e, struct sock *sk, struct itap_conn *conn, bool send,
+					     long ret)
+{
+	__u32 moved = ret > 0 ? (__u32)ret : 0;
+	bool full = false;
+
+	if (send) {
+		conn->unix_sent += moved;
+		e->seq_end = conn->unix_sent;
+		/* the send buffer left full: the next send waits for the reader (backpressure) */
+		e->arrived_seq = itap_unix_unread(sk, &full);
+		if (full)
+			e->flags |= ITAP_F_SNDBUF_FULL;
+	} else {
+		conn->unix_rcvd += moved;
+		e->seq_end = conn->unix_rcvd;
+	}
 }
 
 /*
@@ -174,17 +208,40 @@ static __always_inline void note_sequence_state(struct itap_event *e, struct soc
  * state events) only: each helper call here costs 100-200 ns, a quarter of a
  * traced send.
  */
-static __always_inline void fill_connection_constants(struct itap_event *e, struct sock *sk)
+static __always_inline void fill_connection_constants(struct itap_event *e, struct sock *sk, bool tcp)
 {
 	e->cgroup_id = bpf_get_current_cgroup_id();
-	e->srtt_us = itap_srtt_us(sk);
+	if (tcp)
+		e->srtt_us = itap_srtt_us(sk);
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 }
 
-/* Sends the scratch record: header, head, tail. */
-static __always_inline void output_data_record(struct itap_scratch *rec, const struct copy_params *cp)
+/* Where the payload ends in the scratch record (the verifier sees it bounded). */
+static __always_inline __u32 payload_end(const struct copy_params *cp)
 {
-	__u64 size = ITAP_HDR_SIZE + (cp->head_len & (2 * ITAP_HEAD_MAX - 1)) + (cp->tail_len & (2 * ITAP_TAIL_MAX - 1));
+	return ITAP_HDR_SIZE + (cp->head_len & (2 * ITAP_HEAD_MAX - 1)) + (cp->tail_len & (2 * ITAP_TAIL_MAX - 1));
+}
+
+/*
+ * A unix connection's first event carries what stays the same and is dear to
+ * read: its path after the tail, and the peer's process. Never per call.
+ */
+static __always_inline __u32 fill_unix_first_event(struct itap_scratch *rec, struct itap_event *e, struct sock *sk,
+						   const struct copy_params *cp)
+{
+	__u16 flags = 0;
+	__u32 len = itap_unix_path(rec->data + payload_end(cp), sk, &flags);
+
+	e->path_len = len;
+	e->flags |= flags;
+	e->peer_pid = itap_unix_peer_pid(sk);
+	return len;
+}
+
+/* Sends the scratch record: header, head, tail, and a unix path (path_len). */
+static __always_inline void output_data_record(struct itap_scratch *rec, const struct copy_params *cp, __u32 path_len)
+{
+	__u64 size = payload_end(cp) + (path_len & (ITAP_PATH_ROOM - 1));
 
 	if (size > ITAP_SCRATCH_SIZE)
 		return;
@@ -205,14 +262,25 @@ static __always_inline void emit_data_event(struct itap_scratch *rec, const stru
 	/* a copy of the key: a pointer into *a would keep all of it on the stack */
 	__u64 skey = a->sk;
 
+	__u32 path_len = 0;
+
 	fill_data_header(e, a, cp, ret, ts, id, flags);
 	if (!conn) /* the caller had none, or the socket was classified just now */
 		conn = bpf_map_lookup_elem(&itap_conns, &skey);
 	itap_fill_sock_cached(e, sk, conn);
-	note_sequence_state(e, sk, conn, send, ret);
-	if (flags & ITAP_F_NEW_SOCKET)
-		fill_connection_constants(e, sk);
-	output_data_record(rec, cp);
+	if (e->family == AF_UNIX) {
+		if (!conn) /* no entry (map full, counted): no count to place the bytes by */
+			return;
+		count_unix_bytes(e, sk, conn, send, ret);
+	} else {
+		note_sequence_state(e, sk, conn, send, ret);
+	}
+	if (flags & ITAP_F_NEW_SOCKET) {
+		fill_connection_constants(e, sk, e->family != AF_UNIX);
+		if (e->family == AF_UNIX)
+			path_len = fill_unix_first_event(rec, e, sk, cp);
+	}
+	output_data_record(rec, cp, path_len);
 }
 
 /*
@@ -250,7 +318,7 @@ static __always_inline int emit_io(const struct itap_args *a, long ret, __u64 ts
 
 			if (failed || !cp.head_len)
 				return 0; /* cannot tell yet: try again on the next data */
-			verdict = classify_new_socket(rec, &cp, a->sk, ts, &created);
+			verdict = classify_new_socket(rec, &cp, a->sk, ts, a->transport, &created);
 			if (created && verdict == ITAP_VERDICT_FOLLOW)
 				flags |= ITAP_F_NEW_SOCKET;
 		}
@@ -290,21 +358,9 @@ static __always_inline void emit_state_event(struct sock *sk, struct itap_conn *
 	e->new_state = newstate;
 	e->flags = flags;
 	itap_fill_sock_cached(e, sk, conn);
-	fill_connection_constants(e, sk);
+	fill_connection_constants(e, sk, conn->transport != ITAP_TRANSPORT_UNIX);
 	bpf_ringbuf_submit(e, ring_wakeup_flags());
 	stat_inc(ITAP_STAT_EVENTS);
-}
-
-/* A closed socket's entry goes, and its follow-hint count with it. */
-static __always_inline void forget_closed_socket(__u64 skey, struct itap_conn *conn)
-{
-	if (conn->hinted) {
-		__u32 *n = follow_hint(skey);
-
-		if (n && *n)
-			__sync_fetch_and_add(n, -1);
-	}
-	bpf_map_delete_elem(&itap_conns, &skey);
 }
 
 /*
@@ -337,6 +393,22 @@ static __always_inline void on_tcp_state_change(struct sock *sk, int oldstate, i
 
 /* tcp_destroy_sock: the last moment of a socket the map may still hold. */
 static __always_inline void on_tcp_destroy(struct sock *sk)
+{
+	__u64 skey = (__u64)sk;
+	struct itap_conn *conn = bpf_map_lookup_elem(&itap_conns, &skey);
+
+	if (!conn)
+		return;
+	if (conn->verdict == ITAP_VERDICT_FOLLOW)
+		emit_state_event(sk, conn, TCP_CLOSE, ITAP_STATE_DESTROYED, 0);
+	forget_closed_socket(skey, conn);
+}
+
+/*
+ * A unix socket is freed (unix_sock_destructor: both ends have released it):
+ * a followed one's close is reported (ITAP_STATE_DESTROYED), its entry goes.
+ */
+static __always_inline void on_unix_destroy(struct sock *sk)
 {
 	__u64 skey = (__u64)sk;
 	struct itap_conn *conn = bpf_map_lookup_elem(&itap_conns, &skey);

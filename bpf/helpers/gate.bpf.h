@@ -2,7 +2,7 @@
 /*
  * Who is traced, cheapest check first: the task (the agent itself, the pid and
  * cgroup filters: no memory reads), then the socket (its verdict in
- * itap_conns, the TCP test, the port filter). The per-segment programs use
+ * itap_conns, the transport test, the socket filters). The per-segment programs use
  * the follow hint instead, an array lookup that turns nearly every unfollowed
  * socket away before the itap_conns lookup.
  */
@@ -48,47 +48,101 @@ static __always_inline bool task_eligible(__u32 tgid)
 	return true;
 }
 
-/*
- * The per-socket gate every attach set passes: a muted socket stops after one
- * map lookup, a socket the map does not know yet must be TCP, then the
- * optional port filter. Returns false to stop; else *connp is the socket's map
- * entry (NULL when not classified yet) and *verdict its verdict (0 then).
- */
-static __always_inline bool socket_gate(struct sock *sk, struct itap_conn **connp, __u8 *verdict)
-{
-	__u64 skey = (__u64)sk;
-	struct itap_conn *conn = bpf_map_lookup_elem(&itap_conns, &skey);
-
-	if (conn) {
-		if (conn->verdict == ITAP_VERDICT_MUTED) {
-			stat_inc(ITAP_STAT_MUTED);
-			return false;
-		}
-		*verdict = conn->verdict;
-	} else if (!itap_sock_is_tcp(sk)) {
-		stat_inc(ITAP_STAT_NOT_TCP);
-		return false;
-	} else if (itap_sock_closed(sk)) {
-		/*
-		 * A call that finished after its socket closed (a send racing the
-		 * peer's reset): classifying it would leave an entry no close will
-		 * ever delete, that a new socket at this address would inherit.
-		 */
-		stat_inc(ITAP_STAT_CLOSED_SOCKET);
-		return false;
-	}
-	if (filter_ports && !itap_sock_port_in(sk, &itap_port_filter))
-		return false;
-	*connp = conn;
-	return true;
-}
-
 /* The socket's slot in itap_follow_hint (see maps.bpf.h). */
 static __always_inline __u32 *follow_hint(__u64 skey)
 {
 	__u32 slot = (__u32)((skey >> 8) ^ (skey >> 24)) & (ITAP_HINT_SLOTS - 1);
 
 	return bpf_map_lookup_elem(&itap_follow_hint, &slot);
+}
+
+/* A closed socket's entry goes, and its follow-hint count with it. */
+static __always_inline void forget_closed_socket(__u64 skey, struct itap_conn *conn)
+{
+	if (conn->hinted) {
+		__u32 *n = follow_hint(skey);
+
+		if (n && *n)
+			__sync_fetch_and_add(n, -1);
+	}
+	bpf_map_delete_elem(&itap_conns, &skey);
+}
+
+/*
+ * A unix socket's close has no tracepoint: its entry goes when the socket is
+ * freed (fentry/unix_sock_destructor, programs/unix_close.bpf.c). Where that
+ * program cannot attach, the entry would stay until the LRU evicts it, and a
+ * new socket at the same address would inherit it; then the inode tells them
+ * apart (0 once the socket closed): one read per call on a unix socket, none
+ * on TCP, and a stale entry goes. With the destructor seen, no read at all.
+ */
+static __always_inline bool entry_is_this_socket(struct sock *sk, __u64 skey, struct itap_conn *conn)
+{
+	if (conn->transport != ITAP_TRANSPORT_UNIX || unix_close_signal || itap_sock_ino(sk) == conn->ino)
+		return true;
+	stat_inc(ITAP_STAT_UNIX_REUSED);
+	forget_closed_socket(skey, conn);
+	return false;
+}
+
+/*
+ * The socket filters: TCP by port; a unix socket has no port, so it passes
+ * only when unix paths are targeted too (userspace matches the path on the
+ * connection's first event and mutes the rest). With neither list, all pass.
+ */
+static __always_inline bool socket_filter_passes(struct sock *sk, __u8 transport)
+{
+	if (transport == ITAP_TRANSPORT_UNIX)
+		return !filter_ports || filter_unix_paths;
+	if (filter_ports)
+		return itap_sock_port_in(sk, &itap_port_filter);
+	return !filter_unix_paths;
+}
+
+/*
+ * The per-socket gate every attach set passes: a muted socket stops after one
+ * map lookup (a unix one after its inode read too), a socket the map does not
+ * know yet must be TCP or a unix stream, then the optional socket filters.
+ * Returns false to stop; else *connp is the socket's map entry (NULL when not
+ * classified yet), *verdict its verdict (0 then) and *transport its transport.
+ */
+static __always_inline bool socket_gate(struct sock *sk, struct itap_conn **connp, __u8 *verdict, __u8 *transport)
+{
+	__u64 skey = (__u64)sk;
+	struct itap_conn *conn = bpf_map_lookup_elem(&itap_conns, &skey);
+	int kind;
+
+	if (conn && !entry_is_this_socket(sk, skey, conn))
+		conn = NULL;
+	if (conn) {
+		if (conn->verdict == ITAP_VERDICT_MUTED) {
+			stat_inc(ITAP_STAT_MUTED);
+			return false;
+		}
+		*verdict = conn->verdict;
+		*transport = conn->transport;
+	} else {
+		kind = itap_sock_transport(sk);
+		if (kind < 0) {
+			stat_inc(ITAP_STAT_NOT_TCP);
+			return false;
+		}
+		if (itap_sock_closed(sk)) {
+			/*
+			 * A call that finished after its socket closed (a send racing
+			 * the peer's reset): classifying it would leave an entry no
+			 * close will ever delete, that a new socket at this address
+			 * would inherit.
+			 */
+			stat_inc(ITAP_STAT_CLOSED_SOCKET);
+			return false;
+		}
+		*transport = (__u8)kind;
+	}
+	if (!socket_filter_passes(sk, *transport))
+		return false;
+	*connp = conn;
+	return true;
 }
 
 static __always_inline bool maybe_followed(__u64 skey)

@@ -33,7 +33,7 @@ static __always_inline int park_syscall_arguments(__u8 sc, int fd, __u64 buf, __
 		stat_inc(ITAP_STAT_NOT_TCP);
 		return 0;
 	}
-	if (!socket_gate(sk, &conn, &a.verdict))
+	if (!socket_gate(sk, &conn, &a.verdict, &a.transport))
 		return 0;
 	a.sk = (__u64)sk;
 	describe_buffer(&a, sc, fd, buf, count);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Sockets: fd -> struct sock resolution, the TCP test, the port test, and the
- * socket part of an itap_event (addresses cached in the socket's map entry).
+ * Sockets: fd -> struct sock resolution, the transport test (TCP, unix
+ * stream), the port test, and the socket part of an itap_event (addresses
+ * cached in the socket's map entry; a unix socket's identity and path).
  *
  * Every read is a CO-RE probe read (tracepoint and raw tracepoint programs
  * cannot dereference kernel pointers directly).
@@ -16,6 +17,9 @@
 
 #include "infertap/abi.h"
 
+#ifndef AF_UNIX
+#define AF_UNIX 1
+#endif
 #ifndef AF_INET
 #define AF_INET 2
 #endif
@@ -68,16 +72,48 @@ static __always_inline struct sock *itap_fd_to_sock(int fd)
 	return BPF_CORE_READ(sock, sk);
 }
 
-/* AF_INET/AF_INET6 + SOCK_STREAM + IPPROTO_TCP. */
-static __always_inline bool itap_sock_is_tcp(struct sock *sk)
+/*
+ * What carries the socket's bytes (enum itap_transport): AF_INET/AF_INET6 +
+ * SOCK_STREAM + IPPROTO_TCP, or AF_UNIX + SOCK_STREAM / SOCK_SEQPACKET (the
+ * byte streams HTTP runs on); -1 for anything else. Read only for sockets the
+ * map does not know yet.
+ */
+static __always_inline int itap_sock_transport(struct sock *sk)
 {
 	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	__u16 type;
 
+	if (family == AF_UNIX) {
+		type = BPF_CORE_READ(sk, sk_type);
+		return type == SOCK_STREAM || type == SOCK_SEQPACKET ? ITAP_TRANSPORT_UNIX : -1;
+	}
 	if (family != AF_INET && family != AF_INET6)
-		return false;
+		return -1;
 	if (BPF_CORE_READ(sk, sk_type) != SOCK_STREAM)
-		return false;
-	return BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP;
+		return -1;
+	return BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP ? ITAP_TRANSPORT_TCP : -1;
+}
+
+/* sk_ino (6.17+): the inode cached in the socket, 0 once it is closed (orphaned). */
+struct sock___ino {
+	unsigned long sk_ino;
+} __attribute__((preserve_access_index));
+
+/*
+ * The socket's inode (what ss -x and /proc/PID/fd show): one read where the
+ * kernel caches it in struct sock, else through the socket's file inode
+ * (struct socket_alloc: the socket, then its inode). 0 without a socket.
+ */
+static __always_inline __u32 itap_sock_ino(struct sock *sk)
+{
+	struct socket_alloc *sa;
+
+	if (bpf_core_field_exists(((struct sock___ino *)sk)->sk_ino))
+		return (__u32)BPF_CORE_READ((struct sock___ino *)sk, sk_ino);
+	sa = (struct socket_alloc *)BPF_CORE_READ(sk, sk_socket);
+	if (!sa)
+		return 0;
+	return (__u32)BPF_CORE_READ(sa, vfs_inode.i_ino);
 }
 
 static __always_inline bool itap_sock_closed(struct sock *sk)
@@ -112,12 +148,32 @@ static __always_inline bool itap_sock_port_in(struct sock *sk, void *port_map)
 	return bpf_map_lookup_elem(port_map, &lport) || bpf_map_lookup_elem(port_map, &rport);
 }
 
+/*
+ * A unix socket's identity in place of addresses (struct itap_unix_ends over
+ * local_addr and remote_addr): itself, its inode, its peer. No ports.
+ */
+static __always_inline void itap_fill_unix_ends(struct itap_event *e, struct sock *sk)
+{
+	struct itap_unix_ends ends = {};
+
+	ends.sock = (__u64)sk;
+	ends.ino = itap_sock_ino(sk);
+	ends.peer_sock = (__u64)BPF_CORE_READ((struct unix_sock *)sk, peer);
+	e->local_port = 0;
+	e->remote_port = 0;
+	__builtin_memcpy((__u8 *)e + __builtin_offsetof(struct itap_event, local_addr), &ends, sizeof(ends));
+}
+
 /* Family, ports (host order) and addresses, read from the socket. */
 static __always_inline void itap_fill_sock(struct itap_event *e, struct sock *sk)
 {
 	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
 
 	e->family = family;
+	if (family == AF_UNIX) {
+		itap_fill_unix_ends(e, sk);
+		return;
+	}
 	e->local_port = BPF_CORE_READ(sk, __sk_common.skc_num);
 	e->remote_port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	if (family == AF_INET6) {
@@ -152,6 +208,70 @@ static __always_inline void itap_fill_sock_cached(struct itap_event *e, struct s
 			c->family = e->family;
 		}
 	}
+}
+
+/*
+ * The path a unix connection goes through, written at dst (at most
+ * ITAP_PATH_MAX bytes): the socket's own name (a listener's, which accepted
+ * sockets share), else its peer's (a connecting socket has none: the server's
+ * path), flagged ITAP_F_PEER_PATH. An abstract name starts with a NUL. Three
+ * to five reads, once per connection (its first event). Returns the length.
+ */
+static __always_inline __u32 itap_unix_path(__u8 *dst, struct sock *sk, __u16 *flags)
+{
+	struct unix_address *addr = BPF_CORE_READ((struct unix_sock *)sk, addr);
+	const __u8 *name;
+	__u32 n;
+	int len;
+
+	if (!addr) {
+		struct sock *peer = BPF_CORE_READ((struct unix_sock *)sk, peer);
+
+		if (!peer)
+			return 0;
+		addr = BPF_CORE_READ((struct unix_sock *)peer, addr);
+		if (!addr)
+			return 0;
+		*flags |= ITAP_F_PEER_PATH;
+	}
+	/* addr->len counts sun_family (2 bytes) and sun_path */
+	len = BPF_CORE_READ(addr, len);
+	if (len <= 2)
+		return 0;
+	n = (__u32)len - 2;
+	if (n > ITAP_PATH_MAX)
+		n = ITAP_PATH_MAX;
+	/* the verifier's bound, on the register passed (clang would pass a copy taken before the clamp) */
+	asm volatile("%[n] &= 127" : [n] "+r"(n));
+	name = (const __u8 *)addr + bpf_core_field_offset(struct unix_address, name) + 2;
+	if (bpf_probe_read_kernel(dst, n, name))
+		return 0;
+	return n;
+}
+
+/*
+ * AF_UNIX, after a send: the bytes of this socket its reader has not consumed
+ * (sk_wmem_alloc, which starts at 1: sk_wmem_alloc_get), and whether they fill
+ * the send buffer. A unix send allocates while this is under sk_sndbuf and
+ * waits (or fails with EAGAIN) once it is not: then the next send waits for
+ * the reader. Two reads, followed unix sends only.
+ */
+static __always_inline __u32 itap_unix_unread(struct sock *sk, bool *full)
+{
+	__u32 used = (__u32)BPF_CORE_READ(sk, sk_wmem_alloc.refs.counter);
+	int sndbuf = BPF_CORE_READ(sk, sk_sndbuf);
+
+	used = used ? used - 1 : 0;
+	*full = sndbuf > 0 && used >= (__u32)sndbuf;
+	return used;
+}
+
+/* The process at the other end (SO_PEERCRED), as the root pid namespace numbers it. */
+static __always_inline __u32 itap_unix_peer_pid(struct sock *sk)
+{
+	struct pid *pid = BPF_CORE_READ(sk, sk_peer_pid);
+
+	return pid ? BPF_CORE_READ(pid, numbers[0].nr) : 0;
 }
 
 /* Smoothed RTT in microseconds (the kernel keeps it << 3). */

@@ -130,7 +130,7 @@ static __always_inline void fill_tls_header(struct itap_event *e, const struct i
 		conn->tls_reported = 1;
 		e->flags |= ITAP_F_NEW_SOCKET;
 		e->tls_start_ns = conn->tls_handshake ? conn->first_seen_ns : 0;
-		fill_connection_constants(e, (struct sock *)sk);
+		fill_connection_constants(e, (struct sock *)sk, true); /* TLS: TCP sockets only */
 	}
 	if (!send && conn->arr_ns && conn->arr_taken_seq != conn->arr_seq) {
 		/* the newest arrival rides on this read, as on a plaintext read */
@@ -193,7 +193,7 @@ static __always_inline int emit_tls_data(const struct itap_tls_call *c, __u64 by
 	((struct itap_event *)rec->data)->tail_len = cp.tail_len;
 	if (!sk && c->direction == ITAP_DIR_SEND)
 		await_socket(c->ssl, id);
-	output_data_record(rec, &cp);
+	output_data_record(rec, &cp, 0);
 	return 0;
 }
 

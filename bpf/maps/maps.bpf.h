@@ -21,6 +21,8 @@ __weak const volatile __u32 self_tgid = 0; /* 0: trace self too */
 __weak const volatile bool filter_pids = false;
 __weak const volatile bool filter_cgroups = false;
 __weak const volatile bool filter_ports = false;
+/* targeting.unix_paths is set: unix sockets pass to userspace, which matches their path (docs/configuration.md) */
+__weak const volatile bool filter_unix_paths = false;
 __weak const volatile __u32 head_bytes = ITAP_HEAD_DEFAULT;
 __weak const volatile __u32 tail_bytes = ITAP_TAIL_DEFAULT;
 __weak const volatile __u64 wakeup_bytes = 256 * 1024;
@@ -28,6 +30,12 @@ __weak const volatile __u64 wakeup_bytes = 256 * 1024;
 __weak const volatile bool destroy_signal = false;
 /* TLS library probes are attached: sockets carrying TLS records get ITAP_VERDICT_TLS, not muted */
 __weak const volatile bool tls_enabled = false;
+/*
+ * fentry/unix_sock_destructor is attached: a unix socket's entry goes when the
+ * socket is freed, so no call needs to tell it from an older socket at the
+ * same address (the per-call inode check in helpers/gate.bpf.h is off).
+ */
+__weak const volatile bool unix_close_signal = false;
 
 /* Arguments of a send/recv in flight, keyed by pid_tgid (syscall sets). */
 struct itap_args {
@@ -41,7 +49,8 @@ struct itap_args {
 	__u8 verdict;    /* verdict seen at entry, 0 = not classified yet */
 	__u8 direction;  /* enum itap_direction */
 	__u8 more;       /* socket set: the send carried MSG_MORE */
-	__u8 pad[4];
+	__u8 transport;  /* enum itap_transport, when the gate read it (unclassified sockets) */
+	__u8 pad[3];
 };
 
 /*
@@ -85,10 +94,11 @@ struct itap_tls_thread {
 
 /*
  * Scratch record. Twice the caps so that every masked offset + bounded length
- * stays inside the value whatever the verifier assumes about the operands.
+ * stays inside the value whatever the verifier assumes about the operands;
+ * then room for a unix socket's path after the tail.
  */
 #define ITAP_HDR_SIZE sizeof(struct itap_event)
-#define ITAP_SCRATCH_SIZE (ITAP_HDR_SIZE + 2 * ITAP_HEAD_MAX + 2 * ITAP_TAIL_MAX)
+#define ITAP_SCRATCH_SIZE (ITAP_HDR_SIZE + 2 * ITAP_HEAD_MAX + 2 * ITAP_TAIL_MAX + ITAP_PATH_ROOM)
 struct itap_scratch {
 	__u8 data[ITAP_SCRATCH_SIZE];
 };

@@ -86,7 +86,14 @@ int itap_data_ready(struct bpf_raw_tracepoint_args *ctx)
 	struct itap_conn *conn = followed_conn(skey);
 	__u32 rcv_nxt;
 
-	if (!conn)
+	/*
+	 * Unix sockets are not in the follow hint (no arrival is taken here: a
+	 * unix send queues straight into its peer inside the send call, so the
+	 * arrival is the sender's emit, which userspace takes from the joined
+	 * sender; and a unix socket has no rcv_nxt to place it by). The check
+	 * covers a hint slot shared with a followed TCP socket.
+	 */
+	if (!conn || conn->transport == ITAP_TRANSPORT_UNIX)
 		return 0;
 	rcv_nxt = BPF_CORE_READ((struct tcp_sock *)sk, rcv_nxt);
 	if (rcv_nxt == conn->rcv_seen)

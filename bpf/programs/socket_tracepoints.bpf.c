@@ -3,7 +3,7 @@
  * Attach set "sock" (the default): raw tracepoints sock_send_length and
  * sock_recv_length, which fire at the end of every socket send and receive,
  * with the socket in hand: a syscall on any other fd never runs a program,
- * and a muted TCP socket costs one map lookup. The user buffer comes from the
+ * and a muted socket costs one map lookup (a unix one its inode read too). The user buffer comes from the
  * syscall's own registers (bpf_task_pt_regs): a send's bytes are still in user
  * memory, a receive's bytes are already there. The time is taken here, as the
  * kernel finishes the transfer and returns to the caller; tcp_sendmsg_locked
@@ -12,7 +12,9 @@
  * Raw tracepoints: the program gets (sk, ret, flags) directly, without the
  * perf-buffer marshalling of a classic tracepoint, and needs no tracefs.
  * family/protocol are read from the socket only for sockets the map does not
- * know yet (followed and muted ones are TCP by construction).
+ * know yet (followed and muted ones are TCP or unix streams by construction).
+ * Unix sends have no tracepoint at their start (tcp_sendmsg_locked is TCP's):
+ * with this set their duration is not measured, their EAGAIN is.
  */
 #include "helpers/emit.bpf.h"
 
@@ -68,7 +70,7 @@ static __always_inline int on_socket_io(struct sock *sk, int ret, int msg_flags,
 	if (!task_eligible(id >> 32))
 		return 0;
 	stat_inc(ITAP_STAT_SYSCALLS_SEEN);
-	if (!socket_gate(sk, &conn, &a.verdict))
+	if (!socket_gate(sk, &conn, &a.verdict, &a.transport))
 		return 0;
 	ts = bpf_ktime_get_ns();
 

@@ -48,9 +48,24 @@
  */
 #define ITAP_TLS_BLIND_CALLS 16
 
+/*
+ * AF_UNIX: the socket's path (sun_path, at most 108 bytes; an abstract name
+ * starts with a NUL) rides on a connection's first event, after the tail
+ * (itap_event.path_len bytes). ITAP_PATH_ROOM is what the scratch record keeps
+ * for it, a power of two for the BPF masks.
+ */
+#define ITAP_PATH_MAX 108
+#define ITAP_PATH_ROOM 128
+
+/* What carries a socket's bytes (itap_conn.transport). */
+enum itap_transport {
+	ITAP_TRANSPORT_TCP = 0,  /* AF_INET/AF_INET6 SOCK_STREAM, IPPROTO_TCP */
+	ITAP_TRANSPORT_UNIX = 1, /* AF_UNIX SOCK_STREAM or SOCK_SEQPACKET */
+};
+
 enum itap_event_kind {
-	ITAP_EV_DATA = 1,  /* one send or receive on a followed socket (plaintext syscall or TLS library call) */
-	ITAP_EV_STATE = 2, /* TCP state change of a followed socket */
+	ITAP_EV_DATA = 1,  /* one send or receive on a followed TCP or unix socket (plaintext syscall or TLS library call) */
+	ITAP_EV_STATE = 2, /* TCP state change of a followed socket (unix sockets have none) */
 	ITAP_EV_PATH = 3,  /* delivery signal of a followed socket (struct itap_path_event) */
 	/*
 	 * A TLS connection whose library writes its ciphertext later, from an
@@ -104,6 +119,15 @@ enum itap_event_flags {
 	 * the library's return for reads.
 	 */
 	ITAP_F_TLS = 1 << 8,
+	ITAP_F_PEER_PATH = 1 << 9,  /* AF_UNIX: the path after the tail is the peer's (this socket has no name) */
+	/*
+	 * AF_UNIX send: after the call the bytes its reader has not consumed
+	 * fill the send buffer (sk_wmem_alloc >= sk_sndbuf), so the next send
+	 * waits for the reader, or fails with EAGAIN: backpressure. A unix send
+	 * has no tracepoint at its start to time the wait by (TCP's
+	 * tcp_sendmsg_locked), nor a window to watch; this is its evidence.
+	 */
+	ITAP_F_SNDBUF_FULL = 1 << 10,
 };
 
 /*
@@ -159,7 +183,7 @@ enum itap_drop_reason {
 /* Counters the kernel side keeps (per-CPU array itap_stats). */
 #define ITAP_STAT_LIST(X) \
 	X(SYSCALLS_SEEN, syscalls_seen, "eligible send/recv calls entered") \
-	X(NOT_TCP, not_tcp, "calls whose socket was not TCP") \
+	X(NOT_TCP, not_tcp, "calls whose socket was neither TCP nor a unix stream socket") \
 	X(MUTED, muted, "calls on a muted socket, stopped after one map lookup") \
 	X(EVENTS, events, "events the BPF programs submitted to the ring buffer") \
 	X(NEW_MUTED, sockets_muted, "sockets the classifier muted on their first data") \
@@ -168,7 +192,9 @@ enum itap_drop_reason {
 	X(TLS_CALLS, tls_calls, "TLS library calls (SSL_write/SSL_read) of eligible processes that moved bytes") \
 	X(TLS_UNBOUND, tls_unbound, "TLS library calls whose socket was not known (written later from an event loop)") \
 	X(TLS_LIBS_MUTED, tls_muted, "TLS library calls on connections whose plaintext is not HTTP, stopped after one lookup") \
-	X(TLS_UNPROBED, tls_unprobed, "TLS sockets muted because no probed library call touched their first calls")
+	X(TLS_UNPROBED, tls_unprobed, "TLS sockets muted because no probed library call touched their first calls") \
+	X(UNIX_CLASSIFIED, unix_sockets_classified, "unix stream sockets classified on their first data (followed or muted)") \
+	X(UNIX_REUSED, unix_sockets_reused, "unix sockets found at the address of a closed one: the old entry dropped, judged afresh")
 
 enum itap_stat {
 #define ITAP_STAT_ENUM(NAME, name, help) ITAP_STAT_##NAME,
@@ -179,7 +205,8 @@ enum itap_stat {
 
 /*
  * One event in the ring buffer: this header, then head_len bytes of payload
- * head, then tail_len bytes of payload tail. Records are 8-byte aligned by the
+ * head, then tail_len bytes of payload tail, then (AF_UNIX first events only)
+ * path_len bytes of the socket's path. Records are 8-byte aligned by the
  * ring buffer; the header size is a multiple of 8.
  *
  * Per-connection constants (cgroup_id, comm, srtt_us) are filled on a
@@ -196,22 +223,29 @@ struct itap_event {
 	__u32 pid;       /* thread group id */
 	__u32 tid;
 	__s32 fd;
-	__u32 seq_end;   /* TCP write_seq after a send / copied_seq after a receive */
+	/*
+	 * TCP: write_seq after a send / copied_seq after a receive. AF_UNIX has
+	 * no sequence: the agent's own count of the bytes this socket sent /
+	 * received since it was classified, kept in its itap_conn entry and
+	 * advanced by every traced call (see itap_conn.unix_sent).
+	 */
+	__u32 seq_end;
 	__u16 kind;      /* enum itap_event_kind */
 	__u8 direction;  /* enum itap_direction */
 	__u8 syscall;    /* enum itap_syscall */
-	__u16 family;    /* AF_INET / AF_INET6 */
+	__u16 family;    /* AF_INET / AF_INET6 / AF_UNIX */
 	__u16 flags;     /* enum itap_event_flags */
-	__u16 local_port;  /* host order */
-	__u16 remote_port; /* host order */
+	__u16 local_port;  /* host order (AF_UNIX: 0) */
+	__u16 remote_port; /* host order (AF_UNIX: 0) */
 	__u16 head_len;
 	__u16 tail_len;
-	__u8 local_addr[16];  /* IPv4 in the first 4 bytes */
+	/* IPv4 in the first 4 bytes; AF_UNIX: struct itap_unix_ends across both */
+	__u8 local_addr[16];
 	__u8 remote_addr[16];
 	__u32 srtt_us;   /* smoothed RTT (tcp_sock srtt_us >> 3); see below */
 	__u8 old_state;  /* ITAP_EV_STATE only: TCP states as in the kernel */
 	__u8 new_state;
-	__u16 reserved;
+	__u16 path_len;  /* AF_UNIX first event: bytes of the path after the tail (0: none, or not the first) */
 	char comm[ITAP_COMM_LEN];
 	/*
 	 * Receive events only: an arrival (sk_data_ready) not reported before,
@@ -221,14 +255,33 @@ struct itap_event {
 	 * unread is sent alone (see bpf/programs/delivery_signals.bpf.c). 0 = none.
 	 */
 	__u64 arrived_ns;
-	__u32 arrived_seq; /* rcv_nxt at that arrival */
-	__u32 reserved2;
+	/*
+	 * rcv_nxt at that arrival. AF_UNIX sends (no arrival to carry): the
+	 * bytes of this socket its reader has not consumed yet, as the kernel
+	 * charges them to the send buffer (skb overhead included), after the call.
+	 */
+	__u32 arrived_seq;
+	__u32 peer_pid;    /* AF_UNIX first event: the peer's process (SO_PEERCRED), 0 when unknown */
 	/* ITAP_F_TLS data events and ITAP_EV_TLS_BIND only (0 otherwise) */
 	__u64 tls_ssl;      /* the library's connection object (SSL*): identity until the socket is known */
 	__u64 tls_start_ns; /* the socket's first TLS handshake record, on a socket's first event (0: joined later) */
 	__u32 tls_seq;      /* TCP sequence after the ciphertext call that carried these bytes; 0: not seen */
 	__u16 tls_lib;      /* which attached TLS library or binary made the call (capture's table) */
 	__u16 reserved3;
+};
+
+/*
+ * AF_UNIX: what an event's local_addr and remote_addr hold (32 bytes, one
+ * after the other). The kernel knows both ends of a unix connection, so the
+ * two ends are joined by socket, not by address: this socket's sock_id is
+ * its peer's peer_sock. The inode is the one ss -x and /proc/PID/fd show.
+ */
+struct itap_unix_ends {
+	__u64 sock;      /* this socket's struct sock address (= sock_id) */
+	__u32 ino;       /* this socket's inode */
+	__u32 reserved;
+	__u64 peer_sock; /* the peer's struct sock address (0: not connected) */
+	__u64 reserved2;
 };
 
 /*
@@ -276,15 +329,27 @@ struct itap_conn {
 	__u32 rcv_seen;   /* last rcv_nxt reported */
 	__u8 sent;        /* snd_end/ack_seen are valid */
 	__u8 zero_window; /* the peer's window was 0 at the last ACK */
-	__u8 tls_reported;  /* TLS socket: its first plaintext event went out (the next ones are not new) */
-	__u8 tls_handshake; /* TLS socket seen from its handshake: first_seen_ns is the handshake's start */
+	__u8 transport;   /* enum itap_transport, set when the entry is created */
+	__u8 tls_reported; /* TLS socket: its first plaintext event went out (the next ones are not new) */
 	/* the newest arrival, for the next read to carry (itap_event.arrived_ns) */
 	__u32 arr_seq;       /* rcv_nxt at that arrival */
 	__u32 arr_taken_seq; /* arr_seq of the last arrival a read carried */
 	__u64 arr_ns;        /* 0 = none yet */
-	__u8 tls_probed;     /* TLS socket: a probed library call moved its bytes (it is not blind) */
-	__u8 tls_blind;      /* TLS socket: ciphertext calls before any probed one (ITAP_TLS_BLIND_CALLS mutes) */
-	__u8 pad2[6];
+	/*
+	 * AF_UNIX only. The socket's inode when the entry was made: a unix socket
+	 * has no close the kernel side sees, so a later call whose socket has
+	 * another inode (0 once closed) finds the entry of a closed socket whose
+	 * address was reused, and drops it. And the bytes sent / received since
+	 * the entry was made: what a TCP sequence gives, for positions and holes.
+	 */
+	__u32 ino;
+	__u32 unix_sent;
+	__u32 unix_rcvd;
+	/* TLS sockets only */
+	__u8 tls_handshake; /* seen from its handshake: first_seen_ns is the handshake's start */
+	__u8 tls_probed;    /* a probed library call moved its bytes (it is not blind) */
+	__u8 tls_blind;     /* ciphertext calls before any probed one (ITAP_TLS_BLIND_CALLS mutes) */
+	__u8 pad3;
 };
 
 /*
@@ -319,8 +384,20 @@ ITAP_ABI_OFFSET(itap_event, tls_ssl, 152);
 ITAP_ABI_OFFSET(itap_event, tls_start_ns, 160);
 ITAP_ABI_OFFSET(itap_event, tls_seq, 168);
 ITAP_ABI_OFFSET(itap_event, tls_lib, 172);
-ITAP_ABI_ASSERT(sizeof(struct itap_conn) == 96, "itap_conn layout changed: update BPF and userspace together");
+ITAP_ABI_OFFSET(itap_event, path_len, 118);
+ITAP_ABI_OFFSET(itap_event, peer_pid, 148);
+ITAP_ABI_ASSERT(sizeof(struct itap_unix_ends) == 32, "itap_unix_ends must cover local_addr and remote_addr exactly");
+ITAP_ABI_ASSERT(__builtin_offsetof(struct itap_event, remote_addr) ==
+			__builtin_offsetof(struct itap_event, local_addr) + 16,
+		"itap_unix_ends overlays local_addr and remote_addr: they must be contiguous");
+ITAP_ABI_ASSERT(__builtin_offsetof(struct itap_conn, remote_addr) ==
+			__builtin_offsetof(struct itap_conn, local_addr) + 16,
+		"itap_unix_ends overlays local_addr and remote_addr: they must be contiguous");
+ITAP_ABI_ASSERT(sizeof(struct itap_conn) == 104, "itap_conn layout changed: update BPF and userspace together");
 ITAP_ABI_OFFSET(itap_conn, arr_ns, 80);
+ITAP_ABI_OFFSET(itap_conn, transport, 70);
+ITAP_ABI_OFFSET(itap_conn, ino, 88);
+ITAP_ABI_OFFSET(itap_conn, unix_sent, 92);
 ITAP_ABI_ASSERT(sizeof(struct itap_path_event) == 72, "itap_path_event layout changed: update BPF and userspace together");
 /* consumers dispatch on these before the struct is known */
 #define ITAP_ABI_SAME_OFFSET(field)                                                                 \
@@ -335,6 +412,8 @@ ITAP_ABI_OFFSET(itap_path_event, path_kind, 66);
 ITAP_ABI_ASSERT((ITAP_HEAD_MAX & (ITAP_HEAD_MAX - 1)) == 0, "head cap must be a power of two (BPF masks)");
 ITAP_ABI_ASSERT((ITAP_TAIL_MAX & (ITAP_TAIL_MAX - 1)) == 0, "tail cap must be a power of two (BPF masks)");
 ITAP_ABI_ASSERT((ITAP_HINT_SLOTS & (ITAP_HINT_SLOTS - 1)) == 0, "follow-hint slots must be a power of two (BPF masks)");
+ITAP_ABI_ASSERT(ITAP_PATH_ROOM == 128 && ITAP_PATH_MAX < ITAP_PATH_ROOM,
+		"path room: 128 (the mask in bpf/helpers/sock.bpf.h), above sun_path's size");
 ITAP_ABI_ASSERT(ITAP_HEAD_DEFAULT <= ITAP_HEAD_MAX && ITAP_TAIL_DEFAULT <= ITAP_TAIL_MAX, "defaults within the caps");
 
 #endif /* INFERTAP_ABI_H */

@@ -127,6 +127,7 @@ struct Ev {
   itap_event h{};
   std::string head;
   std::string tail;
+  std::string path;  // AF_UNIX first event: sun_path as the kernel keeps it
 };
 
 // Accumulates events from a Capture.
@@ -152,6 +153,7 @@ class Collector {
       e.h = *d.event->header;
       e.head.assign(reinterpret_cast<const char*>(d.event->head.data()), d.event->head.size());
       e.tail.assign(reinterpret_cast<const char*>(d.event->tail.data()), d.event->tail.size());
+      e.path.assign(reinterpret_cast<const char*>(d.event->path.data()), d.event->path.size());
       events.push_back(std::move(e));
     });
   }

@@ -38,6 +38,20 @@ class ConnBuilder {
   }
   // The socket's port after it closed (the kernel releases it).
   void closed_port() { local_port_ = 0; }
+  // An AF_UNIX socket: no ports, its identity (this socket, its inode, its
+  // peer's socket) in place of addresses, its path (or, peer_path, its
+  // peer's) on its first event, byte counts from 0 in place of sequences.
+  void as_unix(std::uint64_t peer_sock, std::uint32_t inode, std::string path = "", bool peer_path = false) {
+    unix_ = true;
+    unix_peer_ = peer_sock;
+    unix_ino_ = inode;
+    unix_path_ = std::move(path);
+    unix_peer_path_ = peer_path;
+    local_port_ = remote_port_ = 0;
+    send_seq_ = recv_seq_ = 0;
+  }
+  // The next send leaves the send buffer full (unread: the bytes the reader has not consumed).
+  void full_after_next_send(std::uint32_t unread) { full_unread_ = unread; }
   // Skip bytes in a direction as if their events were dropped before userspace.
   void lose(std::uint8_t direction, std::uint32_t n) { (direction == ITAP_DIR_SEND ? send_seq_ : recv_seq_) += n; }
 
@@ -106,6 +120,14 @@ class ConnBuilder {
     h->remote_addr[0] = 127;
     h->remote_addr[3] = 1;
     std::memcpy(h->comm, "sample", 7);
+    if (unix_) {
+      h->family = 1;  // AF_UNIX
+      itap_unix_ends ends{};
+      ends.sock = sock_id_;
+      ends.ino = unix_ino_;
+      ends.peer_sock = unix_peer_;
+      std::memcpy(h->local_addr, &ends, sizeof ends);
+    }
     if (first_) {
       h->flags |= ITAP_F_NEW_SOCKET;
       first_ = false;
@@ -127,8 +149,19 @@ class ConnBuilder {
     h->tail_len = static_cast<std::uint16_t>(tail);
     if (head + tail < bytes.size()) h->flags |= ITAP_F_TRUNCATED;
     if (tls_ssl_) tls_fields(*h, dir, bytes.size());
+    const bool with_path = unix_ && (h->flags & ITAP_F_NEW_SOCKET) && !unix_path_.empty();
+    if (with_path) {
+      h->path_len = static_cast<std::uint16_t>(unix_path_.size());
+      if (unix_peer_path_) h->flags |= ITAP_F_PEER_PATH;
+    }
+    if (unix_ && dir == ITAP_DIR_SEND && full_unread_) {
+      h->flags |= ITAP_F_SNDBUF_FULL;
+      h->arrived_seq = full_unread_;
+      full_unread_ = 0;
+    }
     rec.insert(rec.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(head));
     rec.insert(rec.end(), bytes.end() - static_cast<std::ptrdiff_t>(tail), bytes.end());
+    if (with_path) rec.insert(rec.end(), unix_path_.begin(), unix_path_.end());
     return rec;
   }
 
@@ -165,6 +198,10 @@ class ConnBuilder {
   std::uint16_t tls_lib_ = 0;
   std::uint32_t tcp_send_seq_ = 0, tcp_recv_seq_ = 0;
   bool unbound_ = false;
+  bool unix_ = false, unix_peer_path_ = false;
+  std::uint64_t unix_peer_ = 0;
+  std::uint32_t unix_ino_ = 0, full_unread_ = 0;
+  std::string unix_path_;
 };
 
 // An OpenAI chat.completion.chunk event as inference servers write it.

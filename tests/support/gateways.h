@@ -1,6 +1,7 @@
 // Real gateways for the path tests (issue 3): nginx and HAProxy run from the
 // Debian packages as reverse proxies from a free listen port to an upstream
-// (normally build/sample-server), in configurations that stream SSE and in
+// (normally build/sample-server, on a port or, with upstream_unix, on a unix
+// socket), in configurations that stream SSE and in
 // configurations that real deployments run into and that hold events back.
 // docs/gateways.md has what each configuration does, measured.
 //
@@ -209,6 +210,7 @@ struct NginxOptions {
   std::string listen_host = "127.0.0.1";
   std::uint16_t listen_port = 0;  // 0: free_port()
   std::string upstream_host = "127.0.0.1";
+  std::string upstream_unix;       // non-empty: `proxy_pass http://unix:PATH:` to this unix socket, not a port
   int listen_sndbuf = 0;           // >0: `listen ... sndbuf=N` (downstream send buffer: gateway backpressure)
   std::string extra_http;          // appended inside http {}
   std::string extra_location;      // appended inside location / {}
@@ -255,17 +257,21 @@ class Nginx : public Gateway {
               "  scgi_temp_path " + d + "/tmp/scgi;\n"
               "  proxy_read_timeout 60s;\n"
               "  " + http_extra + "\n  " + opt.extra_http +
-              "\n"
-              "  upstream backend {\n"
-              "    server " + opt.upstream_host + ":" + std::to_string(upstream_port) +
-              ";\n"
-              "    keepalive 16;\n"
-              "  }\n"
+              "\n" +
+              // a unix upstream the way a Python server is usually put behind nginx:
+              // proxy_pass http://unix:PATH: (no upstream block, no upstream keep-alive)
+              (opt.upstream_unix.empty() ? "  upstream backend {\n"
+                                           "    server " + opt.upstream_host + ":" + std::to_string(upstream_port) +
+                                               ";\n"
+                                               "    keepalive 16;\n"
+                                               "  }\n"
+                                         : std::string()) +
               "  server {\n"
               "    listen " + listen +
               ";\n"
               "    location / {\n"
-              "      proxy_pass http://backend;\n"
+              "      proxy_pass http://" + (opt.upstream_unix.empty() ? std::string("backend") : "unix:" + opt.upstream_unix + ":") +
+              ";\n"
               "      " + loc + "\n      " + opt.extra_location +
               "\n"
               "    }\n"
@@ -317,6 +323,7 @@ struct HAProxyOptions {
   std::string listen_host = "127.0.0.1";
   std::uint16_t listen_port = 0;  // 0: free_port()
   std::string upstream_host = "127.0.0.1";
+  std::string upstream_unix;         // non-empty: the server line names this unix socket, not a port
   int wait_for_body_bytes = 4096;    // wait_for_body: the at-least size
   std::string extra_backend;         // appended to the backend section
   std::vector<std::string> argv_prefix;
@@ -355,7 +362,9 @@ class HAProxy : public Gateway {
               "  default_backend be\n"
               "backend be\n" +
               backend_extra + opt.extra_backend + (opt.extra_backend.empty() ? "" : "\n") +
-              "  server upstream " + opt.upstream_host + ":" + std::to_string(upstream_port) + "\n";
+              "  server upstream " +
+              (opt.upstream_unix.empty() ? opt.upstream_host + ":" + std::to_string(upstream_port) : opt.upstream_unix) +
+              "\n";
     launch("haproxy", "haproxy.cfg", config_, {"-f", dir + "/haproxy.cfg", "-db"}, opt.argv_prefix, listen_host_);
   }
 

@@ -161,7 +161,8 @@ struct ServerLog {
 // ---- processes -------------------------------------------------------------------
 
 // build/sample-server on host:port (port 0 = ephemeral, read back from its
-// "listening <port>" line). Logs to DIR/server.ndjson, output DIR/server.out.
+// "listening <port>" line), or on a unix socket ("--unix PATH" in the
+// arguments: "listening unix:PATH"). Logs to DIR/server.ndjson, output DIR/server.out.
 class SampleServer {
  public:
   SampleServer(const std::string& dir, const std::vector<std::string>& extra_args, const std::string& host = "127.0.0.1",
@@ -188,7 +189,9 @@ class SampleServer {
     for (int i = 0; i < 250; ++i) {
       const std::string out = read_file(dir_ + "/server.out");
       if (auto p = out.find("listening "); p != std::string::npos && out.find('\n', p) != std::string::npos) {
-        port_ = std::uint16_t(std::atoi(out.c_str() + p + 10));
+        const std::string where = out.substr(p + 10, out.find('\n', p) - p - 10);
+        if (where.rfind("unix:", 0) == 0) unix_path_ = where.substr(5);
+        else port_ = std::uint16_t(std::atoi(where.c_str()));
         return;
       }
       if (proc_->wait(std::chrono::milliseconds(0))) break;
@@ -204,6 +207,8 @@ class SampleServer {
   bool ok() const { return error_.empty(); }
   const std::string& error() const { return error_; }
   std::uint16_t port() const { return port_; }
+  // With "--unix PATH" among the arguments: the path it listens on ("@name": abstract).
+  const std::string& unix_path() const { return unix_path_; }
   const std::string& host() const { return host_; }
   pid_t pid() const { return proc_ ? proc_->pid() : -1; }
   std::string log_path() const { return dir_ + "/server.ndjson"; }
@@ -220,6 +225,7 @@ class SampleServer {
  private:
   std::string dir_, host_;
   std::uint16_t port_ = 0;
+  std::string unix_path_;
   std::string error_;
   std::optional<Process> proc_;
 };

@@ -61,8 +61,8 @@ DecodeResult decode(std::span<const std::uint8_t> record) {
   }
   const std::size_t captured = std::size_t{h->head_len} + h->tail_len;
   const std::uint64_t moved = h->ret > 0 ? static_cast<std::uint64_t>(h->ret) : 0;
-  if (sizeof(itap_event) + captured > record.size() || captured > moved || h->head_len > ITAP_HEAD_MAX ||
-      h->tail_len > ITAP_TAIL_MAX) {
+  if (sizeof(itap_event) + captured + h->path_len > record.size() || captured > moved ||
+      h->head_len > ITAP_HEAD_MAX || h->tail_len > ITAP_TAIL_MAX || h->path_len > ITAP_PATH_MAX) {
     r.error = DecodeError::bad_lengths;
     return r;
   }
@@ -70,6 +70,7 @@ DecodeResult decode(std::span<const std::uint8_t> record) {
   ev.header = h;
   ev.head = record.subspan(sizeof(itap_event), h->head_len);
   ev.tail = record.subspan(sizeof(itap_event) + h->head_len, h->tail_len);
+  ev.path = record.subspan(sizeof(itap_event) + captured, h->path_len);
   r.event = ev;
   return r;
 }

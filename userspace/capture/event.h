@@ -15,6 +15,9 @@ struct IoEvent {
   const itap_event* header = nullptr;
   std::span<const std::uint8_t> head;  // first head_len bytes moved by the syscall
   std::span<const std::uint8_t> tail;  // last tail_len bytes moved by the syscall
+  // AF_UNIX first event: the socket's path (sun_path bytes; an abstract name
+  // starts with a NUL), its own or, with ITAP_F_PEER_PATH, its peer's.
+  std::span<const std::uint8_t> path;
 
   const itap_event& h() const { return *header; }
   // Bytes moved by the syscall (0 for errors and state events).
@@ -27,6 +30,14 @@ struct IoEvent {
   std::string_view comm() const { return {header->comm, strnlen(header->comm, ITAP_COMM_LEN)}; }
   // A TLS library call (plaintext; see ITAP_F_TLS), or a TLS socket's EOF or refused send.
   bool tls() const { return (header->flags & ITAP_F_TLS) != 0; }
+  bool is_unix() const { return header->family == kAfUnix; }
+  // AF_UNIX: the socket's identity (local_addr and remote_addr).
+  itap_unix_ends unix_ends() const {
+    itap_unix_ends ends{};
+    std::memcpy(&ends, header->local_addr, sizeof ends);
+    return ends;
+  }
+  static constexpr std::uint16_t kAfUnix = 1;  // AF_UNIX
 };
 
 // A delivery signal of a followed socket: where its bytes are after the send,
@@ -76,7 +87,7 @@ struct DecodeResult {
 
 // Validates a raw record: size covers header and both captured spans, kind is
 // known (data/state events, delivery signals, TLS binds), head/tail lengths
-// do not exceed what the call moved.
+// do not exceed what the call moved, a unix path fits sun_path.
 DecodeResult decode(std::span<const std::uint8_t> record);
 
 }  // namespace infertap::capture

@@ -198,6 +198,7 @@ struct ProgramChoice {
   bool send_start = false;        // socket set: tcp_sendmsg_locked stamps send starts
   bool state_tracepoint = false;  // inet_sock_set_state as a tracepoint (else raw)
   bool destroy = false;           // tcp_destroy_sock: sockets closed with unread bytes are read to the end
+  bool unix_close = false;        // fentry/unix_sock_destructor: unix sockets' ends seen, no per-call inode read
   std::vector<const DeliveryProbe*> delivery;
   bool tls = false;  // OpenSSL probes (attached per library file later) and the exec signal
 };
@@ -422,6 +423,41 @@ void choose_companions(const btf* vmlinux, const AttachSetProblems& problems, Pr
                      "tracepoint tcp_destroy_sock missing from this kernel"});
 }
 
+constexpr const char* kUnixCloseNote = "attach: fentry unix_sock_destructor";
+constexpr const char* kUnixInodeNote = "unix sockets: each call reads the socket's inode";
+
+// Whether this kernel loads an fentry program on `btf_id` (a BTF function):
+// "" or why not. A two-instruction program (return 0) with that target, so a
+// kernel without BPF trampolines, or a policy that forbids them, says so
+// before the capture's own object is loaded.
+std::string fentry_problem(int btf_id) {
+  const bpf_insn insns[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_TRACE_FENTRY,
+              .attach_btf_id = static_cast<__u32>(btf_id));
+  const int fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "itap_probe", "Dual BSD/GPL", insns, 2, &opts);
+  if (fd < 0) return "loading an fentry program failed: " + errstr(errno);
+  ::close(fd);
+  return "";
+}
+
+// The end of unix sockets (bpf/programs/unix_close.bpf.c) when the kernel's
+// BTF has the function and this kernel loads fentry programs on it (a load or
+// attach of the capture's own that still fails is retried without it:
+// Capture::open). Without it, each call on a unix socket reads its inode to
+// tell it from a closed one at the same address.
+void choose_unix_close(const btf* vmlinux, ProgramChoice& choice, Notes& notes) {
+  const int id = vmlinux ? btf__find_by_name_kind(vmlinux, "unix_sock_destructor", BTF_KIND_FUNC) : -1;
+  const std::string problem = id > 0 ? fentry_problem(id) : "function unix_sock_destructor not in the kernel's BTF";
+  choice.unix_close = problem.empty();
+  if (choice.unix_close)
+    notes.push_back({kUnixCloseNote, "a unix socket's entry goes when the socket is freed; its calls read nothing"});
+  else
+    notes.push_back({kUnixInodeNote, "to tell it from a closed one at its address: " + problem});
+}
+
 void choose_delivery_probes(const CaptureConfig& config, const btf* vmlinux, ProgramChoice& choice, Notes& notes) {
   if (!config.path_signals) {
     notes.push_back({"delivery signals off (acked, arrived, TCP context)", "disabled by configuration"});
@@ -470,6 +506,7 @@ std::string open_and_configure(const CaptureConfig& config, Capture::Impl& impl)
   rodata->filter_pids = !config.pids.empty();
   rodata->filter_cgroups = !config.cgroup_ids.empty();
   rodata->filter_ports = !config.ports.empty();
+  rodata->filter_unix_paths = config.unix_paths;
   rodata->head_bytes = config.head_bytes;
   rodata->tail_bytes = config.tail_bytes;
   rodata->wakeup_bytes = config.wakeup_bytes;
@@ -506,6 +543,8 @@ void select_programs(infertap_bpf* skel, const ProgramChoice& choice) {
                            p.itap_process_exec})
     load(tls, choice.tls);
   skel->rodata->tls_enabled = choice.tls;
+  load(p.itap_unix_destroy, choice.unix_close);
+  skel->rodata->unix_close_signal = choice.unix_close;
   for (const DeliveryProbe* probe : choice.delivery) load(probe->program(skel), true);
 }
 
@@ -533,10 +572,21 @@ std::string open_ring_buffer(Capture::Impl& impl) {
   return "";
 }
 
-std::string attach_programs(Capture::Impl& impl) {
+// The end of unix sockets first: no unix entry is made before it is seen.
+// *unix_close_failed is set when that one cannot attach (the caller retries without it).
+std::string attach_programs(Capture::Impl& impl, bool* unix_close_failed) {
+  bpf_program* first = impl.skel->progs.itap_unix_destroy;
+  if (bpf_program__autoload(first)) {
+    bpf_link* link = bpf_program__attach(first);
+    if (!link) {
+      *unix_close_failed = true;
+      return attach_error(first, errno);
+    }
+    impl.links.push_back(link);
+  }
   bpf_program* prog;
   bpf_object__for_each_program(prog, impl.skel->obj) {
-    if (!bpf_program__autoload(prog)) continue;
+    if (!bpf_program__autoload(prog) || prog == first) continue;
     if (bpf_program__type(prog) == BPF_PROG_TYPE_KPROBE) continue;  // uprobes: per library file, later
     bpf_link* link = bpf_program__attach(prog);
     if (!link) return attach_error(prog, errno);
@@ -566,32 +616,53 @@ std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string*
   install_libbpf_print();
   if (!(err = check_privileges_and_features()).empty()) return nullptr;
 
-  auto impl = std::make_unique<Impl>();
-  impl->ncpus = libbpf_num_possible_cpus();
-  if (impl->ncpus <= 0) {
-    err = "cannot read the number of possible CPUs (/sys/devices/system/cpu/possible): " + errstr(impl->ncpus);
-    return nullptr;
-  }
-
   const KernelBtf vmlinux = load_kernel_btf();
-  ProgramChoice choice;
-  const AttachSetProblems problems = probe_attach_sets(config, vmlinux.get(), impl->notes);
-  if (!(err = choose_attach_set(config, problems, choice, impl->notes)).empty()) return nullptr;
-  choose_companions(vmlinux.get(), problems, choice, impl->notes);
-  choose_delivery_probes(config, vmlinux.get(), choice, impl->notes);
-  choose_tls(config, choice, impl->notes);
+  // A second attempt only without the end of unix sockets, when it was what
+  // failed to load or attach (its kernel support is probed, not certain).
+  std::optional<std::string> unix_close_error;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto impl = std::make_unique<Impl>();
+    impl->ncpus = libbpf_num_possible_cpus();
+    if (impl->ncpus <= 0) {
+      err = "cannot read the number of possible CPUs (/sys/devices/system/cpu/possible): " + errstr(impl->ncpus);
+      return nullptr;
+    }
+    ProgramChoice choice;
+    const AttachSetProblems problems = probe_attach_sets(config, vmlinux.get(), impl->notes);
+    if (!(err = choose_attach_set(config, problems, choice, impl->notes)).empty()) return nullptr;
+    choose_companions(vmlinux.get(), problems, choice, impl->notes);
+    if (unix_close_error) {
+      impl->notes.push_back({kUnixInodeNote, "fentry unix_sock_destructor failed: " + *unix_close_error});
+    } else {
+      choose_unix_close(vmlinux.get(), choice, impl->notes);
+    }
+    choose_delivery_probes(config, vmlinux.get(), choice, impl->notes);
+    choose_tls(config, choice, impl->notes);
 
-  if (!(err = open_and_configure(config, *impl)).empty()) return nullptr;
-  select_programs(impl->skel, choice);
-  if (int e = infertap_bpf__load(impl->skel); e) {
-    err = load_error(e);
-    return nullptr;
+    if (!(err = open_and_configure(config, *impl)).empty()) return nullptr;
+    select_programs(impl->skel, choice);
+    if (int e = infertap_bpf__load(impl->skel); e) {
+      err = load_error(e);
+      if (choice.unix_close && !unix_close_error) {
+        unix_close_error = err;
+        continue;
+      }
+      return nullptr;
+    }
+    if (!(err = fill_filters(config, impl->skel)).empty()) return nullptr;
+    if (!(err = open_ring_buffer(*impl)).empty()) return nullptr;
+    bool unix_close_failed = false;
+    if (!(err = attach_programs(*impl, &unix_close_failed)).empty()) {
+      if (unix_close_failed && !unix_close_error) {
+        unix_close_error = err;
+        continue;
+      }
+      return nullptr;
+    }
+    if (choice.tls) start_tls(*impl);
+    return std::unique_ptr<Capture>(new Capture(std::move(impl)));
   }
-  if (!(err = fill_filters(config, impl->skel)).empty()) return nullptr;
-  if (!(err = open_ring_buffer(*impl)).empty()) return nullptr;
-  if (!(err = attach_programs(*impl)).empty()) return nullptr;
-  if (choice.tls) start_tls(*impl);
-  return std::unique_ptr<Capture>(new Capture(std::move(impl)));
+  return nullptr;
 }
 
 int Capture::poll(int timeout_ms, const RecordHandler& handler) {
@@ -619,7 +690,17 @@ int Capture::drain(const RecordHandler& handler) {
   return m == -EINTR ? 0 : m;
 }
 
-void Capture::mute(std::uint64_t sock_id) {
+namespace {
+
+// A unix entry made for another socket than the one userspace means (its close
+// unseen, the address reused meanwhile). TCP entries (inode 0) always match.
+bool another_unix_socket(const itap_conn& entry, std::uint32_t inode) {
+  return inode != 0 && entry.transport == ITAP_TRANSPORT_UNIX && entry.ino != inode;
+}
+
+}  // namespace
+
+void Capture::mute(std::uint64_t sock_id, std::uint32_t inode) {
   auto* conns = impl_->skel->maps.itap_conns;
   // Keep the entry's follow-hint mark, so the close still uncounts it. The
   // kernel may update other fields meanwhile; a muted socket's are unused.
@@ -627,10 +708,14 @@ void Capture::mute(std::uint64_t sock_id) {
   // entry is not brought back for the next socket at that address.
   itap_conn old{};
   if (bpf_map__lookup_elem(conns, &sock_id, sizeof(sock_id), &old, sizeof(old), 0) != 0) return;
+  if (another_unix_socket(old, inode)) return;
   itap_conn c{};
   c.verdict = ITAP_VERDICT_MUTED;
   c.hinted = old.hinted;
   c.first_seen_ns = base::monotonic_ns();
+  // A unix entry keeps what tells its socket from the next one at this address.
+  c.transport = old.transport;
+  c.ino = old.ino;
   (void)bpf_map__update_elem(conns, &sock_id, sizeof(sock_id), &c, sizeof(c), BPF_EXIST);
 }
 
@@ -658,8 +743,16 @@ std::uint64_t Capture::followed_hint_total() const {
   return total;
 }
 
-void Capture::forget(std::uint64_t sock_id) {
-  (void)bpf_map__delete_elem(impl_->skel->maps.itap_conns, &sock_id, sizeof(sock_id), 0);
+void Capture::forget(std::uint64_t sock_id, std::uint32_t inode) {
+  auto* conns = impl_->skel->maps.itap_conns;
+  if (inode != 0) {
+    itap_conn entry{};
+    if (bpf_map__lookup_elem(conns, &sock_id, sizeof(sock_id), &entry, sizeof(entry), 0) != 0) return;
+    // Between this lookup and the delete a newer socket could still take the
+    // address: microseconds, against the agent's lag behind the kernel.
+    if (another_unix_socket(entry, inode)) return;
+  }
+  (void)bpf_map__delete_elem(conns, &sock_id, sizeof(sock_id), 0);
 }
 
 CaptureStats Capture::stats() const {

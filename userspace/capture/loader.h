@@ -47,6 +47,11 @@ struct CaptureConfig {
   std::vector<std::uint32_t> pids;
   std::vector<std::uint16_t> ports;       // local or remote port
   std::vector<std::uint64_t> cgroup_ids;  // cgroup v2 ids
+  // Unix socket paths are targeted (the daemon matches them on a connection's
+  // first event): unix sockets pass the kernel's socket filter. With ports
+  // listed and this off, unix sockets are not followed (they have no port);
+  // with this on and no ports, TCP sockets are not.
+  bool unix_paths = false;
   bool ignore_self = true;  // never trace the agent's own process
   // Wake the consumer only when this many bytes are pending in the ring (the
   // consumer drains on its own timer otherwise): batching keeps the cost of a
@@ -125,11 +130,13 @@ class Capture {
 
   // Stop sending events for a socket (userspace decided it is not a stream).
   // Only a socket the kernel still holds is muted: one closed meanwhile stays
-  // gone (its address may be the next socket's).
-  void mute(std::uint64_t sock_id);
+  // gone (its address may be the next socket's). inode: a unix socket's (0 for
+  // TCP); an entry the kernel made since for a newer unix socket at the same
+  // address (another inode) is left as it is.
+  void mute(std::uint64_t sock_id, std::uint32_t inode = 0);
   // Forget a socket: its next data is classified afresh. (Its follow-hint
-  // count stays: see itap_follow_hint.)
-  void forget(std::uint64_t sock_id);
+  // count stays: see itap_follow_hint.) inode: as for mute.
+  void forget(std::uint64_t sock_id, std::uint32_t inode = 0);
   // Does the kernel still hold an entry for the socket? Its close deletes it,
   // even when the ring buffer was too full to report the close.
   bool knows(std::uint64_t sock_id) const;

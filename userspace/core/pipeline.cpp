@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace infertap::core {
@@ -17,6 +18,20 @@ Endpoint endpoint(const std::uint8_t (&addr)[16], std::uint16_t port, std::uint1
   e.port = port;
   e.family = family;
   return e;
+}
+
+// A unix socket by its kernel address (the peer's, for the remote end).
+Endpoint unix_endpoint(std::uint64_t sock) {
+  Endpoint e;
+  e.family = AF_UNIX;
+  std::memcpy(e.addr.data(), &sock, sizeof sock);
+  return e;
+}
+
+std::uint64_t unix_sock_of(const Endpoint& e) {
+  std::uint64_t sock = 0;
+  std::memcpy(&sock, e.addr.data(), sizeof sock);
+  return sock;
 }
 
 }  // namespace
@@ -121,7 +136,38 @@ void Pipeline::on_event(const capture::IoEvent& event) {
   }
   take(*conn, decision);
   join_finished(*conn);
+  if ((event.h().flags & ITAP_F_EOF) && conn->identity().transport == Transport::unix_stream &&
+      unix_peer_shut_down(*conn, event.h().ts_ns)) {
+    finish_unix_connection(event.h().sock_id, conn->identity().inode, event.h().ts_ns);
+    return;
+  }
   if (decision.ended) close_connection(event.h().sock_id, event.h().ts_ns, StreamEnd::connection_closed);
+}
+
+// A unix reader got EOF: its peer shut its sending side or closed (the
+// kernel side sees no close of a unix socket; this is its FIN). The peer's
+// connection, when traced, has sent all it will: a close-delimited response
+// ends there. Returns whether the reader is done too (its own sending was
+// ended the same way before); a connection done both ways is forgotten by
+// the kernel side as well, whose entry would otherwise stay until the LRU
+// drops it.
+bool Pipeline::unix_peer_shut_down(Connection& reader, TimestampNs ts) {
+  const ConnIdentity& id = reader.identity();
+  auto it = connections_.find(unix_sock_of(id.remote));
+  if (it != connections_.end() && unix_sock_of(it->second->identity().remote) == id.sock_id) {
+    Connection& peer = *it->second;
+    const bool peer_done = peer.on_peer_shut_down(ts);
+    join_finished(peer);
+    if (peer_done) finish_unix_connection(peer.identity().sock_id, peer.identity().inode, ts);
+  }
+  return reader.inbound_ended() && reader.outbound_ended();
+}
+
+// The kernel's entry goes too, unless it already belongs to a newer socket at
+// this address (the userspace side runs behind the kernel's: the inode decides).
+void Pipeline::finish_unix_connection(std::uint64_t sock_id, std::uint32_t inode, TimestampNs ts) {
+  close_connection(sock_id, ts, StreamEnd::connection_closed);
+  if (forget_) forget_(sock_id, inode);
 }
 
 void Pipeline::on_state(const capture::IoEvent& event) {
@@ -135,6 +181,9 @@ void Pipeline::on_state(const capture::IoEvent& event) {
   if (h.new_state == kTcpClose && (h.flags & ITAP_F_UNREAD)) {
     it->second->on_closed_unread();  // read on to the end; destroyed or EOF ends it
   } else if (h.new_state == kTcpClose || h.new_state == ITAP_STATE_DESTROYED) {
+    // A unix socket freed (its only end the kernel side sees): it sent all
+    // it will, as TCP's FIN says (a close-delimited response ends there).
+    if (it->second->identity().transport == Transport::unix_stream) it->second->on_peer_shut_down(h.ts_ns);
     close_connection(h.sock_id, h.ts_ns, StreamEnd::connection_closed);
   } else {
     it->second->on_state(event);
@@ -161,8 +210,12 @@ ConnIdentity Pipeline::identity_of(const capture::IoEvent& event) {
   if (id.comm.empty() && comm_lookup_) id.comm = comm_lookup_(h.pid);
   id.cgroup_id = h.cgroup_id;
   id.cgroup_path = cgroup_path(h.pid);
-  id.local = endpoint(h.local_addr, h.local_port, h.family);
-  id.remote = endpoint(h.remote_addr, h.remote_port, h.family);
+  if (event.is_unix()) {
+    fill_unix_identity(id, event);
+  } else {
+    id.local = endpoint(h.local_addr, h.local_port, h.family);
+    id.remote = endpoint(h.remote_addr, h.remote_port, h.family);
+  }
   id.first_seen_ns = h.ts_ns;
   if (event.tls()) {
     id.tls = true;
@@ -171,6 +224,20 @@ ConnIdentity Pipeline::identity_of(const capture::IoEvent& event) {
     id.tls_start_ns = h.tls_start_ns;
   }
   return id;
+}
+
+// A unix connection: its socket and its peer's, the path it goes through
+// (its own name, or its peer's), the peer's process.
+void Pipeline::fill_unix_identity(ConnIdentity& id, const capture::IoEvent& event) {
+  const itap_unix_ends ends = event.unix_ends();
+  id.transport = Transport::unix_stream;
+  id.local = unix_endpoint(ends.sock);
+  id.remote = unix_endpoint(ends.peer_sock);
+  id.inode = ends.ino;
+  const std::string path(event.path.begin(), event.path.end());
+  (event.h().flags & ITAP_F_PEER_PATH ? id.remote : id.local).path = path;
+  id.peer_pid = event.h().peer_pid;
+  if (id.peer_pid && comm_lookup_) id.peer_comm = comm_lookup_(id.peer_pid);
 }
 
 Connection* Pipeline::connection_for(const capture::IoEvent& event) {
@@ -200,14 +267,14 @@ Connection* Pipeline::open_connection(const capture::IoEvent& event) {
     // A TCP socket loses its port when it closes: this call ran after the
     // close (a send racing the peer's reset). Nothing of a live connection.
     ++counters_.calls_after_close;
-    if (forget_) forget_(h.sock_id);
+    if (forget_) forget_(h.sock_id, 0);
     return nullptr;
   }
   if (connections_.size() >= config_.max_connections) evict_oldest(h.ts_ns);
   ConnIdentity id = identity_of(event);
   if (admit_ && !admit_(id)) {
     ++counters_.connections_refused;
-    stop_following(h.sock_id);
+    stop_following(h.sock_id, id.inode);
     return nullptr;
   }
   ++counters_.connections_opened;
@@ -221,7 +288,7 @@ Connection* Pipeline::open_connection(const capture::IoEvent& event) {
 // What a connection decided: its role, a mute.
 void Pipeline::take(Connection& conn, const Connection::Decision& decision) {
   if (decision.role_decided) live_.role_decided(conn);
-  if (decision.mute && mute_) mute_(conn.identity().sock_id);
+  if (decision.mute && mute_) mute_(conn.identity().sock_id, conn.identity().inode);
 }
 
 // The records a connection finished go to the joiner.
@@ -262,12 +329,13 @@ void Pipeline::evict_oldest(TimestampNs now) {
   const std::size_t n = std::max<std::size_t>(1, by_age.size() / 16);
   std::nth_element(by_age.begin(), by_age.begin() + static_cast<std::ptrdiff_t>(n - 1), by_age.end());
   for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t inode = connections_.at(by_age[i].second)->identity().inode;
     close_connection(by_age[i].second, now, StreamEnd::evicted);
     ++counters_.connections_evicted;
     // Stop following it: were its next event to make it a connection again
     // (joined mid-stream), a table full of live sockets would evict and
     // re-admit in a loop, one partial record per turn.
-    stop_following(by_age[i].second);
+    stop_following(by_age[i].second, inode);
   }
 }
 
@@ -317,13 +385,13 @@ void Pipeline::for_each_active_stream(const std::function<void(const StreamRecor
   }
 }
 
-void Pipeline::stop_following(std::uint64_t sock_id) {
+void Pipeline::stop_following(std::uint64_t sock_id, std::uint32_t inode) {
   // Bounded (a few MiB at most): a socket forgotten here is judged again on
   // its next event, but after the kernel mute there are only the events that
   // were already in the ring buffer, so the bound only has to outlast those.
   if (refused_.size() >= std::max<std::size_t>(4 * config_.max_connections, 65536)) refused_.clear();
   refused_.insert(sock_id);
-  if (mute_) mute_(sock_id);
+  if (mute_) mute_(sock_id, inode);
 }
 
 std::string Pipeline::cgroup_path(std::uint32_t pid) {

@@ -38,7 +38,11 @@ void keep_freed_heap_for_reuse();
 class Pipeline {
  public:
   using RecordSink = std::function<void(StreamRecord&&)>;
-  using MuteSocket = std::function<void(std::uint64_t sock_id)>;
+  // A socket in the kernel's table: its address and, for a unix socket, its
+  // inode (0 for TCP). A unix socket's close is not seen there, so its entry
+  // can belong to a newer socket at the same address by the time userspace
+  // acts: the inode tells them apart, and a newer socket's entry is left alone.
+  using MuteSocket = std::function<void(std::uint64_t sock_id, std::uint32_t inode)>;
   using CgroupLookup = std::function<std::string(std::uint32_t pid)>;
   // The kernel sends a process name with a connection's first event only; when
   // that event was lost, the name is looked up (e.g. /proc/<pid>/comm).
@@ -89,7 +93,7 @@ class Pipeline {
   void set_tls_library_names(TlsLibraryName names) { tls_library_name_ = std::move(names); }
   // Deletes the kernel's entry for a socket that is already closed (its
   // next use, by a new socket at the same address, is classified afresh).
-  using ForgetSocket = std::function<void(std::uint64_t sock_id)>;
+  using ForgetSocket = std::function<void(std::uint64_t sock_id, std::uint32_t inode)>;
   void set_forget(ForgetSocket forget) { forget_ = std::move(forget); }
 
   // Once a second: host and cgroup pressure and the serving processes' CPU
@@ -112,12 +116,16 @@ class Pipeline {
   Connection* connection_for(const capture::IoEvent& event);
   Connection* open_connection(const capture::IoEvent& event);
   ConnIdentity identity_of(const capture::IoEvent& event);
+  void fill_unix_identity(ConnIdentity& id, const capture::IoEvent& event);
+  bool unix_peer_shut_down(Connection& reader, TimestampNs ts);
+  void finish_unix_connection(std::uint64_t sock_id, std::uint32_t inode, TimestampNs ts);
   void take(Connection& conn, const Connection::Decision& decision);
   void join_finished(Connection& conn);
   void release(std::vector<StreamRecord>&& records);
   void close_connection(std::uint64_t sock_id, TimestampNs now, StreamEnd reason);
   void evict_oldest(TimestampNs now);
-  void stop_following(std::uint64_t sock_id);  // mute in the kernel, drop its events already queued
+  // Mute in the kernel, drop its events already queued (inode: MuteSocket).
+  void stop_following(std::uint64_t sock_id, std::uint32_t inode);
   std::string cgroup_path(std::uint32_t pid);
 
   PipelineConfig config_;

@@ -37,7 +37,7 @@ struct Harness {
   std::vector<std::uint64_t> muted;
   core::PipelineConfig config;
   core::Pipeline pipeline{config, [this](StreamRecord&& r) { records.push_back(std::move(r)); },
-                          [this](std::uint64_t s) { muted.push_back(s); }};
+                          [this](std::uint64_t s, std::uint32_t) { muted.push_back(s); }};
   void feed(const std::vector<std::uint8_t>& rec) { pipeline.on_record(rec); }
 };
 
@@ -388,12 +388,83 @@ TEST(Pipeline, ASequenceThatDoesNotContinueTheStreamIsANewConnection) {
   EXPECT_EQ(h.pipeline.counters().sockets_reused, 1u);
 }
 
+// A unix connection: both ends named by their socket and path, joined by
+// socket; each read of EOF is the other end's FIN, and a connection done both
+// ways is forgotten in the kernel by its inode (its address may be another
+// socket's by then). A send that left the buffer full is counted.
+TEST(Pipeline, AUnixConnectionIsNamedJoinedAndForgottenByItsInode) {
+  Harness h;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> forgotten;
+  h.pipeline.set_forget([&](std::uint64_t s, std::uint32_t ino) { forgotten.emplace_back(s, ino); });
+  ConnBuilder server(0xA0, 100, 0, 0), client(0xB0, 200, 0, 0);
+  server.as_unix(0xB0, 777, "/run/app.sock");
+  client.as_unix(0xA0, 778, "/run/app.sock", /*peer_path=*/true);
+  // The client sends the request and shuts its sending down (half-close).
+  h.feed(client.send(kT0, request()));
+  h.feed(server.recv(kT0 + 10'000, request()));
+  h.feed(server.eof(kT0 + 20'000));
+  const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+  h.feed(server.send(kT0 + 1 * kMs, head));
+  h.feed(client.recv(kT0 + 1 * kMs + 5'000, head));
+  for (int i = 0; i < 5; ++i) {
+    const std::uint64_t t = kT0 + 10 * kMs + static_cast<std::uint64_t>(i) * 10 * kMs;
+    if (i == 2) server.full_after_next_send(9000);
+    h.feed(server.send(t, openai_chunk("tok")));
+    h.feed(client.recv(t + 5'000, openai_chunk("tok")));
+  }
+  h.feed(server.send(kT0 + 70 * kMs, "data: [DONE]\n\n"));
+  h.feed(client.recv(kT0 + 70 * kMs + 5'000, "data: [DONE]\n\n"));
+  h.feed(client.eof(kT0 + 71 * kMs));  // the server closed
+  EXPECT_EQ(h.pipeline.connection_count(), 0u) << "both ends are done both ways";
+  EXPECT_EQ(forgotten, (std::vector<std::pair<std::uint64_t, std::uint32_t>>{{0xA0, 777}, {0xB0, 778}}));
+  h.pipeline.expire(kT0 + 71 * kMs + h.config.path_settle_ns + kMs);
+  ASSERT_EQ(h.records.size(), 2u);
+  const StreamRecord& s = h.records[0].role == core::Role::server ? h.records[0] : h.records[1];
+  const StreamRecord& c = h.records[0].role == core::Role::server ? h.records[1] : h.records[0];
+  EXPECT_EQ(s.role, core::Role::server);
+  EXPECT_EQ(c.role, core::Role::client);
+  for (const StreamRecord* r : {&s, &c}) {
+    EXPECT_EQ(r->conn.transport, core::Transport::unix_stream);
+    EXPECT_EQ(r->end, StreamEnd::complete);
+    EXPECT_EQ(r->metrics.content_events, 5u);
+    EXPECT_FALSE(r->tcp.signals);
+  }
+  EXPECT_EQ(s.conn.local.to_string(), "unix:/run/app.sock");
+  EXPECT_EQ(s.conn.remote.to_string(), "unix:*");
+  EXPECT_EQ(c.conn.local.to_string(), "unix:*");
+  EXPECT_EQ(c.conn.remote.to_string(), "unix:/run/app.sock");
+  EXPECT_EQ(s.conn.inode, 777u);
+  EXPECT_EQ(s.peer_stream_id, stream_id(c));
+  EXPECT_EQ(c.peer_stream_id, stream_id(s));
+  EXPECT_EQ(s.tcp.send_buffer_full, 1u);
+  ASSERT_EQ(s.tcp.send_buffer_full_at.size(), 1u);
+  EXPECT_EQ(s.tcp.send_buffer_full_at[0].second, 9000u);
+  EXPECT_EQ(c.timeline[2].arrived_ns, s.timeline[2].ts_ns) << "a unix read's arrival is its sender's emit";
+}
+
+// Only the server's end traced: the kernel reports the unix socket freed
+// (its only close it sees), which ends a close-delimited response whole.
+TEST(Pipeline, AFreedUnixSocketEndsItsCloseDelimitedResponse) {
+  Harness h;
+  ConnBuilder server(0xA1, 100, 0, 0);
+  server.as_unix(0xB1, 779, "/run/app.sock");
+  h.feed(server.recv(kT0, request()));
+  h.feed(server.send(kT0 + 1 * kMs, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"));
+  for (int i = 0; i < 3; ++i) h.feed(server.send(kT0 + 10 * kMs + static_cast<std::uint64_t>(i) * kMs, openai_chunk("tok")));
+  h.feed(server.state(kT0 + 20 * kMs, 7, ITAP_STATE_DESTROYED));
+  EXPECT_EQ(h.pipeline.connection_count(), 0u);
+  h.pipeline.expire(kT0 + 20 * kMs + h.config.path_settle_ns + kMs);
+  ASSERT_EQ(h.records.size(), 1u);
+  EXPECT_EQ(h.records[0].end, StreamEnd::complete);
+  EXPECT_EQ(h.records[0].metrics.content_events, 3u);
+}
+
 // A send that ran after its socket closed (racing the peer's reset) finds no
 // entry and would look like a stream joined mid-way: it is nothing.
 TEST(Pipeline, ACallOnAClosedSocketMakesNoRecord) {
   Harness h;
   std::vector<std::uint64_t> forgotten;
-  h.pipeline.set_forget([&](std::uint64_t s) { forgotten.push_back(s); });
+  h.pipeline.set_forget([&](std::uint64_t s, std::uint32_t) { forgotten.push_back(s); });
   ConnBuilder dead(0xAC, 100, 8000, 40000);
   dead.closed_port();
   h.feed(dead.send(kT0, chunked(openai_chunk("late"))));
@@ -581,7 +652,7 @@ TEST(Pipeline, EvictedConnectionIsMutedAndStaysOut) {
   core::PipelineConfig config;
   config.max_connections = 2;
   core::Pipeline pipeline(
-      config, [&](StreamRecord&& r) { records.push_back(std::move(r)); }, [&](std::uint64_t s) { muted.push_back(s); });
+      config, [&](StreamRecord&& r) { records.push_back(std::move(r)); }, [&](std::uint64_t s, std::uint32_t) { muted.push_back(s); });
   ConnBuilder a(0xC1, 100, 8000, 40001), b(0xC2, 100, 8000, 40002), c(0xC3, 100, 8000, 40003);
   pipeline.on_record(a.recv(kT0, request()));
   pipeline.on_record(a.send(kT0 + 1 * kMs, kStreamHead));

@@ -1,6 +1,9 @@
 #include "core/types.h"
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <cstdio>
 
 namespace infertap::core {
 
@@ -63,7 +66,38 @@ std::uint64_t tls_handshake_ns(const StreamRecord& r) {
   return r.request_start_ns - start;
 }
 
+std::string_view to_string(Transport t) { return t == Transport::unix_stream ? "unix" : "tcp"; }
+
+namespace {
+
+// A sun_path for people: up to its NUL (a file name), or "@" and the rest
+// (an abstract name); control bytes written \xNN.
+std::string unix_path_text(std::string_view path) {
+  if (path.empty()) return "*";
+  std::string out;
+  if (path.front() == '\0') {
+    out = "@";
+    path.remove_prefix(1);
+  } else {
+    path = path.substr(0, path.find('\0'));
+  }
+  for (const char ch : path) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) {
+      char esc[5];
+      std::snprintf(esc, sizeof esc, "\\x%02x", c);
+      out += esc;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string Endpoint::to_string() const {
+  if (family == AF_UNIX) return "unix:" + unix_path_text(path);
   char buf[INET6_ADDRSTRLEN] = {};
   if (family == AF_INET6) {
     inet_ntop(AF_INET6, addr.data(), buf, sizeof buf);

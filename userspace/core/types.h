@@ -30,11 +30,21 @@ std::string_view to_string(Vantage v);
 // The vantage a record's own event times are taken at: emit for a server, read for a client.
 Vantage vantage_of(Role r);
 
+// What carried a connection's bytes.
+enum class Transport : std::uint8_t { tcp, unix_stream };
+std::string_view to_string(Transport t);  // "tcp", "unix"
+
 struct Endpoint {
+  // AF_UNIX: the socket's kernel address in the first 8 bytes (the peer's,
+  // for a remote endpoint), so the two ends of one unix connection meet as
+  // reversed endpoints, like a TCP 4-tuple; the rest 0.
   std::array<std::uint8_t, 16> addr{};
   std::uint16_t port = 0;
-  std::uint16_t family = 0;  // AF_INET / AF_INET6
-  std::string to_string() const;  // "127.0.0.1:8000" / "[::1]:8000"
+  std::uint16_t family = 0;  // AF_INET / AF_INET6 / AF_UNIX
+  std::string path;          // AF_UNIX: sun_path bytes when known (abstract: a leading NUL)
+  // "127.0.0.1:8000" / "[::1]:8000"; "unix:/run/app.sock", "unix:@name"
+  // (abstract), "unix:*" (no name, or not known: as ss -x shows it)
+  std::string to_string() const;
 };
 
 struct ConnIdentity {
@@ -51,6 +61,12 @@ struct ConnIdentity {
   std::string k8s_namespace, k8s_pod, k8s_container;
   Endpoint local;
   Endpoint remote;
+  Transport transport = Transport::tcp;
+  // AF_UNIX: the process at the other end (SO_PEERCRED: the one that
+  // connected, or the listener's for the connecting side); 0 = unknown.
+  std::uint32_t peer_pid = 0;
+  std::string peer_comm;
+  std::uint32_t inode = 0;  // AF_UNIX: the socket's inode (ss -x, /proc/PID/fd)
   TimestampNs first_seen_ns = 0;
   // A TLS connection: its bytes are the plaintext of a TLS library's calls.
   bool tls = false;
@@ -128,6 +144,11 @@ struct TcpContext {
   std::uint64_t send_blocked_ns = 0;
   std::uint32_t eagain = 0;         // non-blocking sends refused for lack of buffer space
   std::vector<TimestampNs> eagain_ns;  // bounded like the evidence below
+  // Unix sockets (no window, no timed send start): sends that left the send
+  // buffer full, so that the next one waited for the reader or got EAGAIN;
+  // when, and how many bytes the reader had not consumed then (bounded).
+  std::uint32_t send_buffer_full = 0;
+  std::vector<std::pair<TimestampNs, std::uint32_t>> send_buffer_full_at;
   std::uint32_t partial_sends = 0;  // sends that moved fewer bytes than asked
   std::uint32_t buf_limit = 0;      // the protocol's memory limit was hit
   // Evidence for stall diagnosis (bounded: the first kMaxEvidence of each).

@@ -161,6 +161,10 @@ std::string absolute_cgroup(const std::string& v) {
 
 std::string glob_problem(const std::string& v) { return v.empty() ? "must be a non-empty glob (e.g. \"vllm*\")" : ""; }
 
+std::string unix_glob_problem(const std::string& v) {
+  return v.empty() ? "must be a non-empty glob on a socket path (e.g. \"/run/*.sock\")" : "";
+}
+
 std::string file_problem(const std::string& v) {
   if (!v.empty() && v.back() == '/') return "must name a file, not a directory, got '" + v + "'";
   if (has_control_chars(v)) return "must not contain control characters";
@@ -344,6 +348,10 @@ std::vector<Option> make_options() {
              "Only trace these process ids (repeatable)"),
       option("targeting.ports", integers(FIELD(targeting.ports), 1, 65535, "PORT"), "--port", F::repeatable,
              "Only trace connections with this local or remote port (repeatable)"),
+      option("targeting.unix_paths",
+             strings(FIELD(targeting.unix_paths), "GLOB", unix_glob_problem(""), unix_glob_problem), "--unix-path",
+             F::repeatable,
+             "Only trace unix sockets whose path matches this glob, e.g. '/run/*.sock' (repeatable; see --port)"),
       option("targeting.cgroups",
              strings(FIELD(targeting.cgroups), "PATH", "must be a cgroup v2 path, got nothing", absolute_cgroup),
              "--cgroup", F::repeatable, "Only trace processes in this cgroup v2 path or below it (repeatable)"),
@@ -427,10 +435,11 @@ std::vector<YamlReader::Field> fields_of(YamlReader& r, const std::string& prefi
   return out;
 }
 
-// The pids and ports filters are the capture's too.
+// The pids and ports filters are the capture's too; so is whether unix paths are targeted.
 void copy_targeting(DaemonConfig& c) {
   c.capture.pids = c.targeting.pids;
   c.capture.ports = c.targeting.ports;
+  c.capture.unix_paths = !c.targeting.unix_paths.empty();
 }
 
 void parse_document(YamlReader& r, const YAML::Node& root, DaemonConfig& c) {

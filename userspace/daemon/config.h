@@ -10,6 +10,7 @@
 //
 //   capture.*                      -> capture
 //   targeting.pids / .ports        -> capture.pids / capture.ports (also kept in targeting)
+//   targeting.unix_paths           -> targeting (matched in userspace); capture.unix_paths: any given
 //   targeting.cgroups              -> targeting.cgroups (paths; resolve_cgroup_ids() at start)
 //   stall.floor_ms / .ratio / .lag_floor_ms -> pipeline.stall_floor_ns / .stall_ratio / .lag_floor_ns
 //   pipeline.*                     -> pipeline
@@ -82,6 +83,7 @@ struct TargetingSettings {
   std::vector<std::uint16_t> ports;   // also copied to capture.ports
   std::vector<std::string> cgroups;   // cgroup v2 paths, absolute ("/kubepods.slice/..." or "/sys/fs/cgroup/...")
   std::vector<std::string> process_name_patterns;  // fnmatch(3) globs on the process name (comm)
+  std::vector<std::string> unix_paths;  // fnmatch(3) globs on a unix socket's path; capture.unix_paths = !empty
 };
 
 // Where Kubernetes names of a traced container come from (daemon/workload.h).

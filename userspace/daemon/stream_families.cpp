@@ -221,7 +221,11 @@ RecordLabels labels_of(const StreamRecord& r, std::size_t max_bytes) {
   l.request_model = label_value(r.request_model, max_bytes);
   l.response_model = label_value(r.model, max_bytes);
   const core::Endpoint& server = r.role == core::Role::client ? r.conn.remote : r.conn.local;
-  l.server_port = label_value(server.port ? std::to_string(server.port) : std::string(), max_bytes);
+  // A unix socket's path is no label: paths can be per process or per request, an unbounded set.
+  const std::string port = r.conn.transport == core::Transport::unix_stream ? std::string("unix")
+                           : server.port                                    ? std::to_string(server.port)
+                                                                            : std::string();
+  l.server_port = label_value(port, max_bytes);
   l.operation = genai_operation_of(r);
   l.provider = label_value(genai_provider_of(r), max_bytes);
   return l;

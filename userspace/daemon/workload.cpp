@@ -150,6 +150,16 @@ bool comm_matches(const std::vector<std::string>& patterns, std::string_view com
   return false;
 }
 
+bool unix_path_matches(const std::vector<std::string>& patterns, const core::ConnIdentity& id) {
+  if (patterns.empty() || id.transport != core::Transport::unix_stream) return true;
+  const core::Endpoint& named = id.local.path.empty() ? id.remote : id.local;
+  const std::string path = named.to_string().substr(std::string_view("unix:").size());
+  for (const std::string& p : patterns) {
+    if (fnmatch(p.c_str(), path.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
 void WorkloadResolver::fill(core::ConnIdentity& id, std::uint64_t now_ns) {
   if (id.cgroup_path.empty()) return;
   auto it = cache_.find(id.cgroup_path);

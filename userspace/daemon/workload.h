@@ -53,6 +53,12 @@ PodNames find_pod_names(const KubernetesSources& sources, std::string_view pod_u
 // fnmatch(3) globs on a process name; an empty list matches every name.
 bool comm_matches(const std::vector<std::string>& patterns, std::string_view comm);
 
+// fnmatch(3) globs on a unix connection's path as its record shows it,
+// without "unix:" ("/run/app.sock", "@name" for an abstract one, "*" for
+// none); an empty list matches every socket. TCP sockets always match: the
+// kernel filters them by port.
+bool unix_path_matches(const std::vector<std::string>& patterns, const core::ConnIdentity& id);
+
 // Fills ConnIdentity's workload fields, caching per cgroup path. Names not
 // found yet (a pod whose log directory kubelet has not created) are looked up
 // again after `retry_ns`.

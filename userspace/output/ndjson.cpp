@@ -88,6 +88,7 @@ json tcp_json(const core::TcpContext& t) {
   j["send_blocked"] = t.send_blocked;
   j["send_blocked_ms"] = ms(t.send_blocked_ns);
   j["eagain"] = t.eagain;
+  j["send_buffer_full"] = t.send_buffer_full;
   j["partial_sends"] = t.partial_sends;
   j["buf_limit"] = t.buf_limit;
   return j;
@@ -233,6 +234,9 @@ void put_identity(json& j, const core::StreamRecord& r, const RenderOptions& opt
   put_text(j, "k8s_container", r.conn.k8s_container);
   j["local"] = r.conn.local.to_string();
   j["remote"] = r.conn.remote.to_string();
+  j["transport"] = core::to_string(r.conn.transport);
+  j["peer_pid"] = r.conn.peer_pid ? json(r.conn.peer_pid) : json(nullptr);
+  put_text(j, "peer_comm", r.conn.peer_comm);
   j["tls"] = r.conn.tls;
   j["tls_library"] = r.conn.tls_library.empty() ? json(nullptr) : json(r.conn.tls_library);
 }

@@ -15,6 +15,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 
 #include <zlib.h>
 
@@ -31,6 +32,7 @@ namespace {
 const char* kUsage = R"(usage: sample-client [options]
   --host ADDR             server address (default 127.0.0.1)
   --port N                server port (default 8000)
+  --unix PATH             connect to a unix stream socket instead ("@NAME": an abstract name)
   --path P                request path (default /v1/chat/completions; /v1/messages with --anthropic)
   --model NAME            "model" in the request body (default infertap-sample)
   --tokens N              "max_tokens" in the request body (default: omitted, server decides)
@@ -496,7 +498,7 @@ bool connect_worker(Worker& w, std::string& err) {
     setsockopt(w.fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
   }
   int one = 1;
-  setsockopt(w.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (g_addr.ss_family != AF_UNIX) setsockopt(w.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   set_timeouts(w.fd);
   while (::connect(w.fd, reinterpret_cast<sockaddr*>(&g_addr), g_addrlen) != 0) {
     if (errno == EINTR) continue;
@@ -508,8 +510,9 @@ bool connect_worker(Worker& w, std::string& err) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   getsockname(w.fd, reinterpret_cast<sockaddr*>(&ss), &len);
-  w.local_port = ss.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port)
-                                         : ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  w.local_port = ss.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port)
+                 : ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                            : 0;
   w.offset = 0;
   ++w.sock;
   w.leftover.clear();
@@ -792,9 +795,43 @@ double percentile(std::vector<double>& v, double q) {
 
 }  // namespace
 
+// The server's address: IPv4 unless the host is an IPv6 literal ("localhost"
+// must not become ::1 while the server listens on 127.0.0.1).
+bool resolve(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = host.find(':') != std::string::npos ? AF_INET6 : AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0 || !res) {
+    std::fprintf(stderr, "sample-client: resolve %s: %s\n", host.c_str(), gai_strerror(rc));
+    return false;
+  }
+  std::memcpy(&g_addr, res->ai_addr, res->ai_addrlen);
+  g_addrlen = res->ai_addrlen;
+  freeaddrinfo(res);
+  return true;
+}
+
+// A unix socket path ("@name": abstract) as the address to connect to.
+bool unix_address(const std::string& path) {
+  sockaddr_un a{};
+  if (path.empty() || path.size() >= sizeof a.sun_path) {
+    std::fprintf(stderr, "sample-client: bad --unix path '%s'\n", path.c_str());
+    return false;
+  }
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, path.data(), path.size());
+  const bool abstract = path.front() == '@';
+  if (abstract) a.sun_path[0] = '\0';
+  std::memcpy(&g_addr, &a, sizeof a);
+  g_addrlen = socklen_t(offsetof(sockaddr_un, sun_path) + path.size() + (abstract ? 0 : 1));
+  return true;
+}
+
 int main(int argc, char** argv) {
   it::Args a(kUsage);
-  for (const char* o : {"host", "port", "path", "model", "tokens", "concurrency", "requests", "reader", "read-size",
+  for (const char* o : {"host", "port", "unix", "path", "model", "tokens", "concurrency", "requests", "reader", "read-size",
                         "read-delay-ms", "rcvbuf", "connection", "abort-after", "rate", "stall-after", "stall-ms", "accept-encoding", "prompt-bytes", "prompt",
                         "authorization", "expect-status", "timeout-ms", "log"})
     a.option(o);
@@ -833,22 +870,14 @@ int main(int argc, char** argv) {
   c.timeout_ms = std::max<std::int64_t>(1, a.integer("timeout-ms", c.timeout_ms));
   c.log_path = a.str("log", "");
 
-  addrinfo hints{};
-  // IPv4 unless the host is an IPv6 literal ("localhost" must not become ::1
-  // while the server listens on 127.0.0.1).
-  hints.ai_family = c.host.find(':') != std::string::npos ? AF_INET6 : AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  if (int rc = getaddrinfo(c.host.c_str(), std::to_string(c.port).c_str(), &hints, &res); rc != 0 || !res) {
-    std::fprintf(stderr, "sample-client: resolve %s: %s\n", c.host.c_str(), gai_strerror(rc));
+  if (a.has("unix")) {
+    if (!unix_address(a.str("unix", ""))) return 2;
+  } else if (!resolve(c.host, c.port)) {
     return 1;
   }
-  std::memcpy(&g_addr, res->ai_addr, res->ai_addrlen);
-  g_addrlen = res->ai_addrlen;
-  freeaddrinfo(res);
 
   it::raise_nofile_limit();
+
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // precise --read-delay-ms sleeps
   sigset_t sigs = it::block_control_signals();
   if (!g_log.open(c.log_path)) return 1;

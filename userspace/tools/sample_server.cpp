@@ -17,6 +17,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 
 #include <brotli/encode.h>
 #include <zlib.h>
@@ -37,6 +38,8 @@ namespace {
 const char* kUsage = R"(usage: sample-server [options]
   --host ADDR            listen address (default 127.0.0.1)
   --port N               listen port; 0 = ephemeral (default 8000). First stdout line: "listening <port>"
+  --unix PATH            listen on a unix stream socket at PATH instead (an existing socket file is
+                         replaced; "@NAME": the abstract name NAME). First stdout line: "listening unix:PATH"
   --model NAME           model name when the request has none (default infertap-sample)
   --framing chunked|close  streaming response framing (default chunked; an HTTP/1.0 request, e.g.
                          from nginx's default proxy_http_version 1.0, always gets close-delimited)
@@ -64,6 +67,9 @@ const char* kUsage = R"(usage: sample-server [options]
   --max-conns N          concurrent connections before answering 503 (default 4096)
   --grace-ms MS          on SIGTERM/SIGINT wait up to MS for open streams to finish (default 0)
   --no-nodelay           do not set TCP_NODELAY on accepted sockets
+  --nonblocking          send as an event loop does (uvicorn, nginx): every send with MSG_DONTWAIT;
+                         a send refused with EAGAIN is logged ("error") and retried once poll says
+                         the socket is writable
   --sndbuf BYTES         SO_SNDBUF on accepted sockets (the kernel doubles it and stops autotuning);
                          with a slow reader a small one makes sends block (default: kernel autotuning)
   --text TEXT            every content token carries this text (default: a canned sentence)
@@ -103,6 +109,7 @@ const char* sender_name(Sender s) {
 struct Config {
   std::string host = "127.0.0.1";
   int port = 8000;
+  std::string unix_path;  // "" = TCP; "@name" = abstract
   std::string model = "infertap-sample";
   Framing framing = Framing::chunked;
   Sender sender = Sender::write;
@@ -123,6 +130,7 @@ struct Config {
   std::int64_t max_conns = 4096;
   double grace_ms = 0;
   bool nodelay = true;
+  bool nonblocking = false;
   std::int64_t sndbuf = 0;
   std::uint64_t seed = 0;
   std::string encoding;           // "" = never compress
@@ -382,10 +390,11 @@ std::int64_t send_wire(Conn& c, const Wire& w, const SendInfo& si) {
   while (done < total) {
     ssize_t n;
     const std::int64_t t_enter = it::mono_ns();
-    if (s == Sender::write) {
+    const int dontwait = g_cfg.nonblocking ? MSG_DONTWAIT : 0;
+    if (s == Sender::write && !dontwait) {
       n = ::write(c.fd, w.data.data() + done, total - done);
-    } else if (s == Sender::send) {
-      n = ::send(c.fd, w.data.data() + done, total - done, MSG_NOSIGNAL);
+    } else if (s == Sender::write || s == Sender::send) {
+      n = ::send(c.fd, w.data.data() + done, total - done, MSG_NOSIGNAL | dontwait);
     } else {
       // Build iovecs for the remaining segments.
       int cnt = 0;
@@ -396,19 +405,27 @@ std::int64_t send_wire(Conn& c, const Wire& w, const SendInfo& si) {
         iov[cnt].iov_len = len - skip;
         if (++cnt == int(sizeof iov / sizeof iov[0])) break;
       }
-      if (s == Sender::writev) {
+      if (s == Sender::writev && !dontwait) {  // writev takes no flags: --nonblocking sends it with sendmsg
         n = ::writev(c.fd, iov, cnt);
       } else {
         msghdr mh{};
         mh.msg_iov = iov;
         mh.msg_iovlen = std::size_t(cnt);
-        n = ::sendmsg(c.fd, &mh, MSG_NOSIGNAL);
+        n = ::sendmsg(c.fd, &mh, MSG_NOSIGNAL | dontwait);
       }
     }
     ts = it::mono_ns();  // immediately after the syscall returned
     if (n < 0) {
       int e = errno;
       if (e == EINTR) continue;
+      if (dontwait && (e == EAGAIN || e == EWOULDBLOCK)) {
+        // An event loop's way: the refusal is logged, the send waits for POLLOUT.
+        log_send(c, si, ts, ts - t_enter, 0, sname, e);
+        pollfd pfd{c.fd, POLLOUT, 0};
+        while (::poll(&pfd, 1, -1) < 0 && errno == EINTR) {
+        }
+        continue;
+      }
       log_send(c, si, ts, ts - t_enter, 0, sname, e);
       g_send_errors.fetch_add(1, std::memory_order_relaxed);
       return -1;
@@ -1153,6 +1170,26 @@ int open_listener(const std::string& host, int port) {
   return fd;
 }
 
+// A unix stream listener at `path` ("@name": abstract). Returns the fd or -1.
+int open_unix_listener(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof a.sun_path) {
+    std::fprintf(stderr, "bad --unix path '%s'\n", path.c_str());
+    return -1;
+  }
+  const bool abstract = path.front() == '@';
+  std::memcpy(a.sun_path, path.data(), path.size());
+  if (abstract) a.sun_path[0] = '\0';
+  else ::unlink(path.c_str());  // a socket file left by an earlier run
+  const socklen_t len = socklen_t(offsetof(sockaddr_un, sun_path) + path.size() + (abstract ? 0 : 1));
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 && ::listen(fd, 4096) == 0) return fd;
+  std::fprintf(stderr, "cannot listen on unix:%s: %s\n", path.c_str(), std::strerror(errno));
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
 int local_port(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
@@ -1169,6 +1206,7 @@ int port_of(const sockaddr_storage& ss) {
 
 [[noreturn]] void finish_and_exit(int code, const char* why) {
   g_log.close();
+  if (!g_cfg.unix_path.empty() && g_cfg.unix_path.front() != '@') ::unlink(g_cfg.unix_path.c_str());
   std::fprintf(stderr, "sample-server: %s: conns=%llu requests=%llu streams=%lld send_errors=%llu\n", why,
                (unsigned long long)g_conn_seq.load(), (unsigned long long)g_requests.load(),
                (long long)g_streams_done.load(), (unsigned long long)g_send_errors.load());
@@ -1181,7 +1219,7 @@ int port_of(const sockaddr_storage& ss) {
 
 int main(int argc, char** argv) {
   it::Args a(kUsage);
-  for (const char* o : {"host", "port", "model", "framing", "sender", "ttft-ms", "itl-ms", "jitter-ms", "tokens",
+  for (const char* o : {"host", "port", "unix", "model", "framing", "sender", "ttft-ms", "itl-ms", "jitter-ms", "tokens",
                         "pause-after", "pause-ms", "events-per-write", "slow-factor", "load-itl-ms", "fingerprint",
                         "fingerprint-after", "next-fingerprint", "next-itl-ms", "log", "exit-after",
                         "max-conns", "grace-ms", "seed", "accel-buffering", "sndbuf", "encoding", "encoding-hold",
@@ -1190,10 +1228,12 @@ int main(int argc, char** argv) {
   a.flag("usage");
   a.flag("no-nodelay");
   a.flag("split-sends");
+  a.flag("nonblocking");
   if (!a.parse(argc, argv)) return 2;
   Config& c = g_cfg;
   c.host = a.str("host", c.host);
   c.port = int(a.integer("port", c.port));
+  c.unix_path = a.str("unix", "");
   c.model = a.str("model", c.model);
   c.framing = a.choice("framing", "chunked", {"chunked", "close"}) == "close" ? Framing::close : Framing::chunked;
   c.encoding = a.has("encoding") ? a.choice("encoding", "gzip", {"gzip", "deflate", "br", "zstd"}) : "";
@@ -1236,6 +1276,7 @@ int main(int argc, char** argv) {
   c.max_conns = a.integer("max-conns", c.max_conns);
   c.grace_ms = a.number("grace-ms", 0);
   c.nodelay = !a.has("no-nodelay");
+  c.nonblocking = a.has("nonblocking");
   c.sndbuf = a.integer("sndbuf", 0);
   c.seed = a.has("seed") ? std::uint64_t(a.integer("seed", 0)) : it::seed_from_entropy();
   if (c.port < 0 || c.port > 65535) {
@@ -1247,9 +1288,10 @@ int main(int argc, char** argv) {
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // precise sleeps for ttft/itl pacing
   sigset_t sigs = it::block_control_signals();
   if (!g_log.open(c.log_path)) return 1;
-  g_listen_fd = open_listener(c.host, c.port);
+  g_listen_fd = c.unix_path.empty() ? open_listener(c.host, c.port) : open_unix_listener(c.unix_path);
   if (g_listen_fd < 0) return 1;
-  std::printf("listening %d\n", local_port(g_listen_fd));
+  if (c.unix_path.empty()) std::printf("listening %d\n", local_port(g_listen_fd));
+  else std::printf("listening unix:%s\n", c.unix_path.c_str());
   std::fflush(stdout);
 
   it::start_signal_thread(sigs, [](int sig) {
@@ -1303,7 +1345,7 @@ int main(int argc, char** argv) {
       int v = int(c.sndbuf);
       setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
     }
-    if (c.nodelay) {
+    if (c.nodelay && c.unix_path.empty()) {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }

@@ -7,6 +7,9 @@
 // then every timed write is one `data: {...}\n\n` event of --size bytes, so an
 // HTTP-following agent traces every write. With --payload binary the bytes are
 // random (non-HTTP) and the agent should classify and mute the connection.
+// unix mode: the same over a unix stream socket pair (socketpair(2)): the
+// traffic of D-Bus, systemd, container runtimes with --payload binary, a
+// server behind a local gateway with --payload sse.
 // file mode: the same writes go to /dev/null (an untraced-fd baseline).
 //
 // Output: one JSON line on stdout.
@@ -26,7 +29,7 @@ namespace it = infertap::tools;
 namespace {
 
 const char* kUsage = R"(usage: send-loop [options]
-  --mode socket|file       loopback TCP pair (default) or /dev/null
+  --mode socket|unix|file  loopback TCP pair (default), unix stream socket pair, or /dev/null
   --payload sse|binary     SSE events after an HTTP exchange (default) or random non-HTTP bytes
   --size BYTES             bytes per timed write (default 256; sse minimum 16)
   --count N                timed writes (default 100000)
@@ -141,7 +144,7 @@ int main(int argc, char** argv) {
     a.option(o);
   a.flag("no-nodelay");
   if (!a.parse(argc, argv)) return 2;
-  const std::string mode = a.choice("mode", "socket", {"socket", "file"});
+  const std::string mode = a.choice("mode", "socket", {"socket", "unix", "file"});
   const std::string payload_kind = a.choice("payload", "sse", {"sse", "binary"});
   const std::string sender_s = a.choice("sender", "write", {"write", "send", "writev", "sendmsg"});
   const bool chunked = a.choice("framing", "close", {"close", "chunked"}) == "chunked";
@@ -175,6 +178,11 @@ int main(int argc, char** argv) {
   if (mode == "file") {
     wfd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
     if (wfd < 0) die("open /dev/null");
+  } else if (mode == "unix") {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) die("socketpair");
+    rfd = sv[0];
+    wfd = sv[1];
   } else {
     int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (lfd < 0) die("socket");
@@ -195,6 +203,8 @@ int main(int argc, char** argv) {
       setsockopt(wfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       setsockopt(rfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
+  }
+  if (mode != "file") {
     if (sse) {
       // Client sends an inference request; the server side reads it and answers
       // with an SSE response head before the timed event writes.
@@ -250,7 +260,7 @@ int main(int argc, char** argv) {
   }
 
   double drain_s = 0;
-  if (mode == "socket") {
+  if (mode != "file") {
     if (sse) {
       std::string done = chunked ? "e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n" : "data: [DONE]\n\n";
       write_all(wfd, done);
@@ -276,7 +286,7 @@ int main(int argc, char** argv) {
   it::append_double(out, secs > 0 ? double(writes) / secs : 0, 1);
   out += ",\"ns_per_write\":";
   it::append_double(out, writes > 0 ? double(t1 - t0) / double(writes) : 0, 1);
-  if (mode == "socket") {
+  if (mode != "file") {
     out += ",\"drained_bytes\":";
     it::append_int(out, drained.load());
     out += ",\"drain_seconds\":";

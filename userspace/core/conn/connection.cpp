@@ -90,10 +90,19 @@ bool Connection::note_failed_call(const capture::IoEvent& event) {
     TcpContext& tcp = r->tcp;
     ++tcp.eagain;
     if (tcp.eagain_ns.size() < TcpContext::kMaxEvidence) tcp.eagain_ns.push_back(h.ts_ns);
+    note_full_buffer(tcp, h);
   }
   if (!(h.flags & ITAP_F_EOF)) return false;
+  inbound_eof_ = true;
   session_.end(Flow::inbound, h.ts_ns);
   return closed_unread_;
+}
+
+bool Connection::on_peer_shut_down(TimestampNs ts) {
+  last_activity_ = std::max(last_activity_, ts);
+  outbound_shut_ = true;
+  session_.end(Flow::outbound, ts);
+  return inbound_eof_;
 }
 
 // False when the event's sequence does not continue this connection.
@@ -149,6 +158,15 @@ void Connection::note_send(const capture::IoEvent& event) {
     tcp.send_blocked_ns += took;
   }
   if (h.flags & ITAP_F_PARTIAL) ++tcp.partial_sends;
+  note_full_buffer(tcp, h);
+}
+
+// A unix send that left its send buffer full (the kernel side's flag): the
+// next send waits for the reader.
+void Connection::note_full_buffer(TcpContext& tcp, const itap_event& h) {
+  if (!(h.flags & ITAP_F_SNDBUF_FULL)) return;
+  ++tcp.send_buffer_full;
+  if (tcp.send_buffer_full_at.size() < TcpContext::kMaxEvidence) tcp.send_buffer_full_at.emplace_back(h.ts_ns, h.arrived_seq);
 }
 
 void Connection::on_signal(const capture::DeliverySignal& signal) {

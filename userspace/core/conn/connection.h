@@ -50,6 +50,12 @@ class Connection {
   // TCP closed the socket with received bytes still unread: it ends when they
   // are read (EOF) or the socket is destroyed, not now.
   void on_closed_unread() { closed_unread_ = true; }
+  // A unix connection's peer read EOF: this side shut its sending down or
+  // closed (the kernel side sees no close of a unix socket). Nothing more
+  // will be sent. Returns whether the inbound side had ended too.
+  bool on_peer_shut_down(TimestampNs ts);
+  bool inbound_ended() const { return inbound_eof_; }
+  bool outbound_ended() const { return outbound_shut_; }
   // A delivery signal of this socket: ACKs give the sender's `acked` times and
   // the peer window, arrivals the receiver's `arrived` times.
   void on_signal(const capture::DeliverySignal& signal);
@@ -73,6 +79,7 @@ class Connection {
   bool note_failed_call(const capture::IoEvent& event);
   bool feed(protocol::Flow flow, const capture::IoEvent& event);
   void note_send(const capture::IoEvent& event);
+  static void note_full_buffer(TcpContext& tcp, const itap_event& h);
 
   ConnIdentity identity_;
   PipelineCounters& counters_;
@@ -80,6 +87,8 @@ class Connection {
   protocol::Http1Session session_;
   bool ignored_ = false;
   bool closed_unread_ = false;
+  bool inbound_eof_ = false;    // a read returned EOF
+  bool outbound_shut_ = false;  // unix: the peer read EOF
   TimestampNs last_activity_ = 0;
   TcpCursor outbound_cursor_, inbound_cursor_;  // TLS: over the plaintext byte counts
   std::uint64_t tls_ssl_ = 0;  // TLS: the library's connection object its plaintext comes from

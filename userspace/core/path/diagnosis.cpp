@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <optional>
 
 namespace infertap::core {
 namespace {
@@ -64,6 +65,44 @@ Verdict blocked_send_cause(const PathNode* s, int ia, int ib, std::uint64_t gap,
   return {StallCause::network, what + " with the peer's window open: the path drains slower than the sender writes"};
 }
 
+// A unix send in [a, b) that left the send buffer full (TcpContext::
+// send_buffer_full_at), or null: the send after it waited for the reader.
+const std::pair<TimestampNs, std::uint32_t>* full_buffer_in(const TcpContext& tcp, TimestampNs a, TimestampNs b) {
+  for (const auto& f : tcp.send_buffer_full_at) {
+    if (f.first >= a && f.first < b) return &f;
+  }
+  return nullptr;
+}
+
+std::string kib(std::uint32_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / 1024);
+  return buf;
+}
+
+// A unix sender's gap that began with its send buffer full: the next send
+// waited for the reader (blocked, or refused with EAGAIN). With the reader
+// traced, the wait is its doing only when it read the bytes before the gap
+// late, not when it read them at once (then the sender was just slow).
+std::optional<Verdict> full_buffer_cause(const PathNode* s, int ia, std::uint64_t gap) {
+  const auto& tl = s->rec.timeline;
+  const TimestampNs ta = tl[static_cast<std::size_t>(ia)].ts_ns;
+  const auto* full = full_buffer_in(s->rec.tcp, ta, ta + gap);
+  const std::size_t refused = count_in(s->rec.tcp.eagain_ns, ta, ta + gap);
+  if (!full && !refused) return std::nullopt;
+  std::string what = full ? "send buffer full after a send (" + kib(full->second) +
+                                " not read by the reader): the next send waited for the reader"
+                          : "the send buffer was full";
+  if (refused > 0) what += "; " + std::to_string(refused) + " sends refused (EAGAIN)";
+  if (!s->peer) return Verdict{StallCause::backpressure, what};
+  const int j = mapped(s->to_peer, ia);
+  if (j < 0) return Verdict{StallCause::backpressure, what};
+  const TimestampNs read = s->peer->rec.timeline[static_cast<std::size_t>(j)].ts_ns;
+  const std::uint64_t unread = read > ta ? read - ta : 0;
+  if (!mostly(unread, gap)) return std::nullopt;
+  return Verdict{StallCause::backpressure, what + "; the reader left bytes unread for " + evidence_ms(unread)};
+}
+
 // Why a sender's gap between its events ia and ib: the send path's evidence.
 Verdict emit_cause(const PathNode* s, int ia, int ib) {
   const auto& tl = s->rec.timeline;
@@ -79,7 +118,14 @@ Verdict emit_cause(const PathNode* s, int ia, int ib) {
     const std::string what = blocked * 2 >= gap
                                  ? "send blocked " + evidence_ms(blocked)
                                  : std::to_string(refused) + " sends refused (EAGAIN, send buffer full)";
-    return blocked_send_cause(s, ia, ib, gap, what);
+    if (s->rec.conn.transport != Transport::unix_stream) return blocked_send_cause(s, ia, ib, gap, what);
+    // Unix (a send timed by the syscall sets, or refused): nothing lies
+    // between the two ends but the reader's socket, so the send waited for the reader.
+    if (auto v = full_buffer_cause(s, ia, gap)) return *v;
+    return {StallCause::backpressure, what};
+  }
+  if (gap && s->rec.conn.transport == Transport::unix_stream) {
+    if (auto v = full_buffer_cause(s, ia, gap)) return *v;
   }
   return {StallCause::model,
           "nothing sent for " + evidence_ms(gap) + " (the next send took " + std::to_string(blocked / 1000) + " µs)"};
@@ -252,6 +298,9 @@ Verdict delay_cause(const std::vector<Hop>& path) {
       if (mostly(overlap_ns(hop.at->rec.tcp.zero_window, from, hop.ts), worst) || e.syscall_ns * 2 >= worst)
         return {final_reader ? StallCause::client_read : StallCause::backpressure,
                 "the gateway's send waited " + evidence_ms(e.syscall_ns) + " for its reader"};
+      if (const auto* full = full_buffer_in(hop.at->rec.tcp, from, hop.ts))
+        return {final_reader ? StallCause::client_read : StallCause::backpressure,
+                "the gateway's send buffer was full (" + kib(full->second) + " unread): its send waited for its reader"};
       if (compressed(*hop.at))
         return {StallCause::gateway_buffering, std::string(protocol::to_string(hop.at->rec.content_encoding)) +
                                                    " held it " + evidence_ms(worst) + " after the gateway read it; " +

@@ -158,6 +158,7 @@ void PathJoiner::try_release(Waiting& h, TimestampNs now, const PathPartners* pa
 // The path stages, in order: each needs what the one before filled.
 void PathJoiner::finish(const Group& group) {
   std::vector<Hop> scratch;  // one event's hops; storage reused across events
+  for (Waiting* h : group) take_unix_arrivals(*h);
   for (Waiting* h : group) fill_path_times(*h, scratch);
   for (Waiting* h : group) {
     if (h->gateway) h->rec.gateway = std::make_shared<const GatewayLeg>(gateway_leg_of(*h));

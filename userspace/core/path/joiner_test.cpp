@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 
+#include <cstring>
 #include <vector>
 
 namespace infertap::core {
@@ -285,6 +286,87 @@ TEST_F(PathJoinerTest, ASenderWaitsForTheAckOfItsLastEventThenTakesTheAcksAsItsD
   EXPECT_EQ(out_[0].delivery->vantage, Vantage::acked);
   EXPECT_EQ(out_[0].delivery->path, "vllm>remote");
   EXPECT_EQ(out_[0].timeline.back().acked_ns, kT0 + 95 * kMs);
+}
+
+// ---- unix sockets ---------------------------------------------------------------
+
+Endpoint unix_ep(std::uint64_t sock, std::string path = "") {
+  Endpoint e;
+  e.family = AF_UNIX;
+  std::memcpy(e.addr.data(), &sock, sizeof sock);
+  e.path = std::move(path);
+  return e;
+}
+
+// The ends of one unix connection: each the other's socket, the path on the server's side.
+const Side kUnixServer{Role::server, 300, 3, unix_ep(0xA000, "/run/app.sock"), unix_ep(0xB000), "uvicorn"};
+const Side kUnixClient{Role::client, 400, 4, unix_ep(0xB000), unix_ep(0xA000, "/run/app.sock"), "nginx"};
+
+template <typename At>
+StreamRecord unix_stream(const Side& s, int n, At at) {
+  StreamRecord r = stream(s, n, at, 0);
+  r.conn.transport = Transport::unix_stream;
+  return r;
+}
+
+// Sends every 10 ms; after event 9 the reader stops for 300 ms and the send
+// buffer is full: event 10 leaves only when the reader drains.
+TimestampNs unix_sent(int i) { return kT0 + 20 * kMs + i * 10 * kMs + (i >= 10 ? 300 * kMs : 0); }
+
+TEST_F(PathJoinerTest, AUnixSendBufferLeftFullIsBackpressureWithTheReadersDelay) {
+  peer_ = PathPartners::Activity::streaming;
+  StreamRecord server = unix_stream(kUnixServer, 20, unix_sent);
+  server.tcp.send_buffer_full = 1;
+  server.tcp.send_buffer_full_at.emplace_back(unix_sent(9), 9000);
+  joiner.add(std::move(server), kT0 + 600 * kMs);
+  // The reader reads events 0..6 on time, then the ones the buffer held (7..9)
+  // only as it resumes, with event 10 right after.
+  joiner.add(unix_stream(kUnixClient, 20, [](int i) { return i < 7 ? unix_sent(i) + kMs : unix_sent(10) - kMs / 2 + (i >= 10 ? kMs : 0); }),
+             kT0 + 700 * kMs);
+  const StreamRecord* s = find(Role::server, 300);
+  const StreamRecord* c = find(Role::client, 400);
+  ASSERT_TRUE(s && c && s->delivery);
+  EXPECT_EQ(s->peer_stream_id, stream_id(*c)) << "the two ends meet by socket";
+  ASSERT_EQ(s->metrics.stalls.size(), 1u);
+  EXPECT_EQ(s->metrics.stalls[0].cause, StallCause::backpressure) << s->metrics.stalls[0].evidence;
+  EXPECT_NE(s->metrics.stalls[0].evidence.find("send buffer full after a send (8.8 KiB"), std::string::npos)
+      << s->metrics.stalls[0].evidence;
+  EXPECT_NE(s->metrics.stalls[0].evidence.find("the reader left bytes unread for"), std::string::npos)
+      << s->metrics.stalls[0].evidence;
+  // The reader's events arrived when the sender emitted them (a unix send queues into the reader).
+  EXPECT_EQ(c->timeline[8].arrived_ns, unix_sent(8));
+  ASSERT_EQ(s->delivery->metrics.stalls.size(), 1u);
+  EXPECT_EQ(s->delivery->metrics.stalls[0].cause, StallCause::client_read) << s->delivery->metrics.stalls[0].evidence;
+}
+
+// The buffer was full, but the reader read those bytes at once: the sender
+// was not waiting for it, the gap is the sender's own.
+TEST_F(PathJoinerTest, AUnixSendBufferTheReaderDrainedAtOnceIsNotBackpressure) {
+  peer_ = PathPartners::Activity::streaming;
+  StreamRecord server = unix_stream(kUnixServer, 20, unix_sent);
+  server.tcp.send_buffer_full_at.emplace_back(unix_sent(9), 9000);
+  joiner.add(std::move(server), kT0 + 600 * kMs);
+  joiner.add(unix_stream(kUnixClient, 20, [](int i) { return unix_sent(i) + kMs; }), kT0 + 700 * kMs);
+  const StreamRecord* s = find(Role::server, 300);
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->metrics.stalls.size(), 1u);
+  EXPECT_EQ(s->metrics.stalls[0].cause, StallCause::model) << s->metrics.stalls[0].evidence;
+}
+
+// Without a traced reader, the full buffer and the refused sends are the evidence.
+TEST_F(PathJoinerTest, AUnixSenderRefusedWithEagainAloneIsBackpressure) {
+  StreamRecord server = unix_stream(kUnixServer, 20, unix_sent);
+  server.tcp.send_buffer_full_at.emplace_back(unix_sent(9), 9000);
+  server.tcp.eagain = 1;
+  server.tcp.eagain_ns.push_back(unix_sent(9) + kMs);
+  joiner.add(std::move(server), kT0 + 600 * kMs);
+  joiner.release_due(kT0 + 600 * kMs + config_.path_settle_ns + kMs);
+  const StreamRecord* s = find(Role::server, 300);
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->metrics.stalls.size(), 1u);
+  EXPECT_EQ(s->metrics.stalls[0].cause, StallCause::backpressure) << s->metrics.stalls[0].evidence;
+  EXPECT_NE(s->metrics.stalls[0].evidence.find("1 sends refused (EAGAIN)"), std::string::npos)
+      << s->metrics.stalls[0].evidence;
 }
 
 }  // namespace

@@ -43,6 +43,17 @@ PathTimes times_of(const PathNode& node, int i, std::vector<Hop>& scratch) {
 
 }  // namespace
 
+void take_unix_arrivals(PathNode& node) {
+  StreamRecord& r = node.rec;
+  if (r.conn.transport != Transport::unix_stream || r.role != Role::client || !node.peer) return;
+  for (std::size_t i = 0; i < r.timeline.size(); ++i) {
+    const int j = mapped(node.to_peer, static_cast<int>(i));
+    TimelineEvent& e = r.timeline[i];
+    if (j < 0 || e.arrived_ns) continue;
+    e.arrived_ns = std::min(e.ts_ns, node.peer->rec.timeline[static_cast<std::size_t>(j)].ts_ns);
+  }
+}
+
 void fill_path_times(PathNode& node, std::vector<Hop>& scratch) {
   StreamRecord& r = node.rec;
   const bool acked = r.role == Role::server && r.tcp.signals;

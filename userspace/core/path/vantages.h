@@ -15,6 +15,12 @@ namespace infertap::core {
 // Indices of the content (token) events of a timeline, in order.
 std::vector<int> content_events(const std::vector<TimelineEvent>& timeline);
 
+// A unix send queues its bytes into the reader's socket before it returns:
+// each event of a unix reader joined to its traced sender arrived when the
+// sender emitted it (no later than the read). Sets those arrived_ns, before
+// fill_path_times reads them; a reader without a traced sender keeps none.
+void take_unix_arrivals(PathNode& node);
+
 // Fills node.rec.path_times (left empty when nothing past the node's own
 // socket was seen) and peer_stream_id. `scratch` is reused across calls.
 void fill_path_times(PathNode& node, std::vector<Hop>& scratch);
