@@ -55,6 +55,22 @@ for svc in nginx haproxy; do
   fi
 done
 
+# Node.js and the official `openai` npm client for the TLS tests (Node's own,
+# statically linked OpenSSL). Debian's nodejs + npm only when no node is
+# installed (a NodeSource nodejs carries npm itself and conflicts with it);
+# the package goes into a fixed directory the tests use as NODE_PATH.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "setup.sh: installing nodejs npm"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+npm_dir=/var/cache/infertap/npm
+if [ ! -f "$npm_dir/node_modules/openai/package.json" ]; then
+  echo "setup.sh: installing the openai npm package into $npm_dir"
+  mkdir -p "$npm_dir"
+  npm install --prefix "$npm_dir" --no-audit --no-fund --silent openai@4 >/dev/null
+fi
+
 # The agent mounts tracefs itself when it is missing; tests expect it too.
 if [ ! -d /sys/kernel/tracing/events ]; then
   mount -t tracefs nodev /sys/kernel/tracing

@@ -210,6 +210,7 @@ struct NginxOptions {
   std::uint16_t listen_port = 0;  // 0: free_port()
   std::string upstream_host = "127.0.0.1";
   int listen_sndbuf = 0;           // >0: `listen ... sndbuf=N` (downstream send buffer: gateway backpressure)
+  std::string tls_cert, tls_key;   // both set: `listen ... ssl` with this certificate (TLS to clients)
   std::string extra_http;          // appended inside http {}
   std::string extra_location;      // appended inside location / {}
   std::vector<std::string> argv_prefix;  // e.g. NetnsPath::exec_prefix() to run it in a namespace
@@ -238,6 +239,11 @@ class Nginx : public Gateway {
     const std::string d = dir;
     std::string listen = listen_host_ + ":" + std::to_string(port_);
     if (opt.listen_sndbuf > 0) listen += " sndbuf=" + std::to_string(opt.listen_sndbuf);
+    std::string server_tls;
+    if (!opt.tls_cert.empty()) {
+      listen += " ssl";
+      server_tls = "    ssl_certificate " + opt.tls_cert + ";\n    ssl_certificate_key " + opt.tls_key + ";\n";
+    }
     config_ = "# infertap test gateway: nginx, mode " + std::string(to_string(mode)) +
               "\n"
               // root workers: they write temp files into the 0700 scratch directory
@@ -263,7 +269,7 @@ class Nginx : public Gateway {
               "  }\n"
               "  server {\n"
               "    listen " + listen +
-              ";\n"
+              ";\n" + server_tls +
               "    location / {\n"
               "      proxy_pass http://backend;\n"
               "      " + loc + "\n      " + opt.extra_location +
@@ -319,6 +325,7 @@ struct HAProxyOptions {
   std::string upstream_host = "127.0.0.1";
   int wait_for_body_bytes = 4096;    // wait_for_body: the at-least size
   std::string extra_backend;         // appended to the backend section
+  std::string tls_pem;               // set: `bind ... ssl crt FILE` (certificate + key in one PEM, TLS to clients)
   std::vector<std::string> argv_prefix;
 };
 
@@ -351,7 +358,7 @@ class HAProxy : public Gateway {
               defaults_extra +
               "frontend fe\n"
               "  bind " + listen_host_ + ":" + std::to_string(port_) +
-              "\n"
+              (opt.tls_pem.empty() ? "" : " ssl crt " + opt.tls_pem) + "\n"
               "  default_backend be\n"
               "backend be\n" +
               backend_extra + opt.extra_backend + (opt.extra_backend.empty() ? "" : "\n") +
