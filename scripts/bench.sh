@@ -5,17 +5,23 @@
 #     measured side by side: runs alternate off/on so drift hits both alike;
 #  3. the sample server at a high chunk rate, agent off vs on;
 #  4. in-kernel cost per call of each program (bpf_stats), TCP and unix sockets side by side;
-#  5. memory under load.
+#  5. memory under load;
+#  6. TLS: a Python ssl SSE server at a high chunk rate (agent off vs on), the
+#     cost per OpenSSL probe, and what an untraced libssl user pays.
 # Needs root. REPS=3 alternations per case by default; SECTIONS="1 3" runs only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench.sh: needs root (loads BPF programs)" >&2; exit 1; }
+# One run per host at a time with the integration tests (the same lock): both
+# load the agent's programs and would see each other's traffic.
+exec 9>/tmp/infertap-integration.lock
+flock 9
 scripts/setup.sh >/dev/null
 make -j"$(nproc)" build/infertapd build/send-loop build/sample-server build/sample-client build/bench_pipeline >/dev/null
 
 REPS=${REPS:-3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-1}
-SECTIONS=${SECTIONS:-1 2 3 4 5}
+SECTIONS=${SECTIONS:-1 2 3 4 5 6}
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -31,6 +37,24 @@ agent_on() {  # $1 = attach method, then extra infertapd flags
 agent_off() { kill -TERM "$agent_pid"; wait "$agent_pid" || true; agent_pid=; }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# Column $1 of the runs "${@:2}" (space-separated numbers): median, and range.
+col() { printf '%s\n' "${@:2}" | awk -v c="$1" '{print $c}' | median; }
+spread() { printf '%s\n' "${@:2}" | awk -v c="$1" 'NR == 1 || $c < lo {lo = $c} NR == 1 || $c > hi {hi = $c} END {printf "%.0f-%.0f", lo, hi}'; }
+bpf_run_ns() {  # total run time of the agent's programs so far
+  bpftool prog show | grep -A2 -E "name itap_" | grep -oE "run_time_ns [0-9]+" | awk '{s += $2} END {print s + 0}'
+}
+proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# programs that never ran print no run_time_ns / run_cnt at all
+prog_costs() {  # "name ns/call calls" of each program of the running agent that ran
+  # This agent's programs only (another agent on the host has its own): the
+  # ids of the BPF programs it holds open. Programs that never ran print no
+  # run_time_ns / run_cnt at all.
+  local ids
+  ids=$(grep -h '^prog_id:' /proc/"$agent_pid"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -un | paste -sd, -)
+  bpftool -j prog show | jq -r --arg ids "$ids" '($ids | split(",") | map(tonumber)) as $mine | .[] |
+    select((.name // "") | startswith("itap_")) | select(.id as $i | $mine | index($i)) | select((.run_cnt // 0) > 0) |
+    "\(.name) \(.run_time_ns) \(.run_cnt)"' | awk '{printf "%s %.0f %d\n", $1, $2 / $3, $3}'
+}
 
 # One case: prints writes/s off, on (per attach method), ratio and added ns per write.
 send_case() {
@@ -82,10 +106,6 @@ agent_on_pid() {  # $1 = pid: trace only that process (the others cost one check
   for _ in $(seq 200); do [ -e "$work/ready" ] && return; sleep 0.05; done
   cat "$work/agent.log" >&2; exit 1
 }
-bpf_run_ns() {  # total run time of the agent's programs so far
-  bpftool prog show | grep -A2 -E "name itap_" | grep -oE "run_time_ns [0-9]+" | awk '{s += $2} END {print s + 0}'
-}
-proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # $1 = off | sock (every process traced: server and client both timed) |
 #      server-only (agent --pid server: the client is as if remote) |
 #      nosig (every process traced, delivery signals off)
@@ -114,8 +134,6 @@ for _ in $(seq "$REPS_RATE"); do
   off+=("$(server_case off)"); sock+=("$(server_case sock)"); srv+=("$(server_case server-only)")
   nosig+=("$(server_case nosig)")
 done
-col() { printf '%s\n' "${@:2}" | awk -v c="$1" '{print $c}' | median; }
-spread() { printf '%s\n' "${@:2}" | awk -v c="$1" 'NR == 1 || $c < lo {lo = $c} NR == 1 || $c > hi {hi = $c} END {printf "%.0f-%.0f", lo, hi}'; }
 o=$(col 1 "${off[@]}"); oc=$(col 2 "${off[@]}")
 echo "    agent off: delivered $o/s (runs $(spread 1 "${off[@]}")), server CPU/event $oc us; median of $REPS_RATE alternations"
 # The cost pass: the agent's own CPU and its programs' run time per token event.
@@ -146,15 +164,7 @@ prog_cost() {  # $1 = label, $2 = extra infertapd flags ("" for none); rest = se
   # shellcheck disable=SC2086  # the flags are words
   agent_on sock $flags
   build/send-loop "$@" --seconds "$SECONDS_PER_RUN" >/dev/null
-  # This agent's programs only (another agent on the host has its own): the
-  # ids of the BPF programs it holds open. Programs that never ran print no
-  # run_time_ns / run_cnt at all.
-  local ids
-  ids=$(grep -h '^prog_id:' /proc/"$agent_pid"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -un | paste -sd, -)
-  bpftool -j prog show | jq -r --arg ids "$ids" '($ids | split(",") | map(tonumber)) as $mine | .[] |
-    select((.name // "") | startswith("itap_")) | select(.id as $i | $mine | index($i)) | select((.run_cnt // 0) > 0) |
-    "\(.name) \(.run_time_ns) \(.run_cnt)"' |
-    awk -v l="$label" '{ printf "    %-44s %-20s %8d calls  %6.0f ns/call\n", l, $1, $3, $2 / $3 }'
+  prog_costs | awk -v l="$label" '{ printf "    %-44s %-20s %8d calls  %6.0f ns/call\n", l, $1, $3, $2 }'
   agent_off
 }
 stats_before=$(sysctl -n kernel.bpf_stats_enabled)
@@ -176,4 +186,84 @@ fi
 if want 5; then
 echo "== 5. memory under load: 10 000 short connections, then 1 000 concurrent streams (scripts/bench_memory.sh)"
 scripts/bench_memory.sh | sed 's/^/    /'
+fi
+
+if want 6; then
+echo "== 6. TLS (OpenSSL uprobes): Python ssl SSE server, 20 streams x 1 ms ITL (20k events/s), agent off vs on"
+# tls_peer.py serves and reads over the system libssl; the rate is what the
+# clients' own logs say was delivered (content events / the span from the
+# first request to the last event), the CPU per event is the server's own.
+REPS_TLS=${REPS_TLS:-5}
+tls_peer=tests/support/tls_peer.py
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=localhost \
+  -keyout "$work/tls.key" -out "$work/tls.crt" 2>/dev/null
+tls_rate() {  # client logs -> content events/s delivered
+  python3 -c '
+import json, sys
+events, start, end = 0, None, None
+for path in sys.argv[1:]:
+    for line in open(path):
+        l = json.loads(line)
+        if l["type"] == "write": start = l["mono_ns"] if start is None else min(start, l["mono_ns"])
+        if l["type"] == "event" and l["kind"] == "content":
+            events += 1; end = l["mono_ns"] if end is None else max(end, l["mono_ns"])
+print("%.0f %d" % (events / ((end - start) / 1e9), events))' "$@"
+}
+# $1 = off | on | cost (on, and each program's run time per call saved to
+# $work/tls_progs.txt before the agent stops); prints "rate server_cpu_us_per_event agent_cpu_us_per_event bpf_us_per_event"
+tls_case() {
+  local port spid ticks a0=0 a1=0 b0=0 b1=0 clients=() rate
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  [ "$1" = off ] || agent_on sock
+  python3 "$tls_peer" server --port "$port" --cert "$work/tls.crt" --key "$work/tls.key" --ttft-ms 0 --itl-ms 1 \
+    >"$work/tls_server.out" 2>&1 &
+  spid=$!
+  for _ in $(seq 100); do grep -q listening "$work/tls_server.out" 2>/dev/null && break; sleep 0.05; done
+  if [ -n "$agent_pid" ]; then a0=$(proc_ticks "$agent_pid"); b0=$(bpf_run_ns); fi
+  rm -f "$work"/tls_client_*.ndjson
+  for i in $(seq 20); do
+    python3 "$tls_peer" client --port "$port" --tokens 2000 --log "$work/tls_client_$i.ndjson" >/dev/null 2>&1 &
+    clients+=($!)
+  done
+  wait "${clients[@]}"
+  ticks=$(proc_ticks "$spid")
+  if [ -n "$agent_pid" ]; then a1=$(proc_ticks "$agent_pid"); b1=$(bpf_run_ns); fi
+  [ "$1" = cost ] && prog_costs >"$work/tls_progs.txt"
+  kill -TERM "$spid"; wait "$spid" 2>/dev/null || true
+  [ "$1" = off ] || agent_off
+  rate=$(tls_rate "$work"/tls_client_*.ndjson)
+  echo "$rate" | awk -v t="$ticks" -v a=$((a1 - a0)) -v b=$((b1 - b0)) -v hz="$(getconf CLK_TCK)" \
+    '{printf "%.0f %.2f %.2f %.2f\n", $1, t/hz*1e6/$2, a/hz*1e6/$2, b/1e3/$2}'
+}
+toff=(); ton=()
+for _ in $(seq "$REPS_TLS"); do toff+=("$(tls_case off)"); ton+=("$(tls_case on)"); done
+o=$(col 1 "${toff[@]}"); k=$(col 1 "${ton[@]}"); oc=$(col 2 "${toff[@]}"); kc=$(col 2 "${ton[@]}")
+echo "    agent off: delivered $o/s (runs $(spread 1 "${toff[@]}")), server CPU/event $oc us"
+echo "    agent on:  delivered $k/s (runs $(spread 1 "${ton[@]}")), server CPU/event $kc us; ratio $(awk -v o="$o" -v k="$k" 'BEGIN {printf "%.3f", k/o}'); median of $REPS_TLS alternations"
+# The cost pass: agent CPU and BPF run time per token event, and each
+# program's run time per call (kernel.bpf_stats_enabled).
+stats_before=$(sysctl -n kernel.bpf_stats_enabled)
+sysctl -qw kernel.bpf_stats_enabled=1
+cost=$(tls_case cost)
+sysctl -qw kernel.bpf_stats_enabled="$stats_before"
+echo "$cost" | awk '{printf "    agent %.2f us + BPF %.2f us per token event (CPU time, both ends traced)\n", $3, $4}'
+echo "    per call (run time / run count; the uprobe trap itself is not in it):"
+awk '{printf "      %-28s %6d ns/call  %8d calls\n", $1, $2, $3}' "$work/tls_progs.txt"
+
+echo "== 6b. an untraced libssl user: TLS writes of 256 non-HTTP bytes in one process (tls_peer.py loop), agent off vs on"
+# "muted": every process traced, the connection muted after its first bytes;
+# "untraced": agent --pid of another process (the probes fire, the program
+# returns at its first check).
+loop() { python3 "$tls_peer" loop --cert "$work/tls.crt" --key "$work/tls.key" --seconds "$SECONDS_PER_RUN" | jq .writes_per_sec; }
+loff=(); lmuted=(); luntraced=()
+for _ in $(seq "$REPS"); do
+  loff+=("$(loop)")
+  agent_on sock; lmuted+=("$(loop)"); agent_off
+  agent_on sock --pid 1; luntraced+=("$(loop)"); agent_off
+done
+lo=$(printf '%s\n' "${loff[@]}" | median); lm=$(printf '%s\n' "${lmuted[@]}" | median)
+lu=$(printf '%s\n' "${luntraced[@]}" | median)
+awk -v o="$lo" -v m="$lm" -v u="$lu" 'BEGIN {
+  printf "    off %.0f writes/s | muted (traced, not HTTP) %.0f/s ratio %.3f %+.2f us/write | untraced (--pid other) %.0f/s ratio %.3f %+.2f us/write\n",
+    o, m, m/o, 1e6/m - 1e6/o, u, u/o, 1e6/u - 1e6/o }'
 fi

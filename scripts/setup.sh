@@ -51,7 +51,7 @@ fi
 # (INFERTAP_NODE_MODULES overrides it). npm comes with nodejs where Node.js
 # is NodeSource's; Debian's own nodejs needs the npm package.
 node_prefix=/opt/infertap-test
-node_packages=(ollama@0.6.4)
+node_packages=(ollama@0.6.4 openai@4.104.0)  # openai: Node's own, statically linked OpenSSL (TLS tests)
 if ! command -v npm >/dev/null 2>&1; then
   echo "setup.sh: installing npm"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null ||

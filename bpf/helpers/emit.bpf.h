@@ -375,6 +375,16 @@ static __always_inline bool closes_unread(struct sock *sk, int newstate)
 	return newstate == TCP_CLOSE && destroy_signal && BPF_CORE_READ(sk, sk_receive_queue.qlen) > 0;
 }
 
+/*
+ * Whether userspace hears of a socket's state changes: a followed socket, or a
+ * TLS socket whose plaintext it follows (a process that dies mid-stream makes
+ * no call: only the state change ends its stream).
+ */
+static __always_inline bool reports_state(const struct itap_conn *conn)
+{
+	return conn->verdict == ITAP_VERDICT_FOLLOW || (conn->verdict == ITAP_VERDICT_TLS && conn->tls_reported);
+}
+
 /* inet_sock_set_state of a TCP socket: reported when followed, forgotten at close. */
 static __always_inline void on_tcp_state_change(struct sock *sk, int oldstate, int newstate)
 {
@@ -385,7 +395,7 @@ static __always_inline void on_tcp_state_change(struct sock *sk, int oldstate, i
 	if (!conn)
 		return;
 	unread = closes_unread(sk, newstate);
-	if (conn->verdict == ITAP_VERDICT_FOLLOW)
+	if (reports_state(conn))
 		emit_state_event(sk, conn, oldstate, newstate, unread ? ITAP_F_UNREAD : 0);
 	if (newstate == TCP_CLOSE && !unread)
 		forget_closed_socket(skey, conn);
@@ -399,7 +409,7 @@ static __always_inline void on_tcp_destroy(struct sock *sk)
 
 	if (!conn)
 		return;
-	if (conn->verdict == ITAP_VERDICT_FOLLOW)
+	if (reports_state(conn))
 		emit_state_event(sk, conn, TCP_CLOSE, ITAP_STATE_DESTROYED, 0);
 	forget_closed_socket(skey, conn);
 }

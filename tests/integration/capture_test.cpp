@@ -404,7 +404,9 @@ TEST_F(CaptureTest, WritevLikeNginxChunkCapturesConcatenation) {
 TEST_F(CaptureTest, BinaryFirstMessageMutesSocket) {
   const auto before = cap_->stats();
   TcpPair p = tcp_pair();
-  // A PostgreSQL SSLRequest: binary, neither HTTP nor TLS.
+  // A database protocol's first message (PostgreSQL's SSLRequest). TLS
+  // records are not the example: with TLS capture on, a TLS socket is left to
+  // its library's probes (verdict TLS), not muted.
   const std::string binary("\x00\x00\x00\x08\x04\xd2\x16\x2f", 8);
   ASSERT_EQ(::write(p.client.get(), binary.data(), binary.size()), ssize_t(binary.size()));
   ASSERT_TRUE(read_exact(p.server.get(), binary.size()));

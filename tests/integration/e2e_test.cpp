@@ -18,6 +18,7 @@
 
 #include "support/live_test.h"
 #include "support/ndjson.h"
+#include "support/percentile.h"
 #include "support/process.h"
 
 namespace infertap {
@@ -31,14 +32,7 @@ using testing::build_dir;
 
 using testing::read_ndjson;
 
-// Nearest-rank percentile of absolute values.
-std::int64_t percentile_abs(std::vector<std::int64_t> v, double p) {
-  if (v.empty()) return 0;
-  for (auto& x : v) x = std::llabs(x);
-  std::sort(v.begin(), v.end());
-  const auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
-  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
+using testing::percentile_abs;
 std::int64_t p99_abs(const std::vector<std::int64_t>& v) { return percentile_abs(v, 99); }
 
 class E2E : public testing::LiveTest {

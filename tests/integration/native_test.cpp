@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/node_modules.h"
 #include "support/gateways.h"
 #include "support/live_test.h"
 #include "support/netns.h"
@@ -232,8 +233,7 @@ class NativeClients : public testing::LiveTest {
 // Ollama-format endpoint: node's own records, and the server's, on the
 // server's log and the client's clock.
 TEST_F(NativeClients, TheOllamaNpmClientIsTimed) {
-  const char* env = std::getenv("INFERTAP_NODE_MODULES");
-  const std::string modules = env ? env : "/opt/infertap-test/node_modules";
+  const std::string modules = testing::node_modules_dir();
   ASSERT_TRUE(std::filesystem::exists(modules + "/ollama/package.json"))
       << "the ollama npm package is missing from " << modules << ": run scripts/setup.sh";
   std::string script = "tests/support/ollama_stream.mjs";

@@ -52,18 +52,6 @@ class PathTest : public testing::LiveTest {
  protected:
   PathTest() : LiveTest("infertap-path") {}
 
-  void start_agent(const std::vector<std::uint16_t>& ports) {
-    std::vector<std::string> args = {"--socket", "", "--metrics-listen", ""};
-    for (std::uint16_t p : ports) args.insert(args.end(), {"--port", std::to_string(p)});
-    start_agent_with(args);
-  }
-
-  std::vector<json> stop_agent() {
-    // Records wait briefly for the other records of their path: let them go.
-    std::this_thread::sleep_for(1500ms);
-    return stop_agent_records();
-  }
-
   // The sample server on loopback, the agent on its port, then a client run
   // of kStreams keep-alive requests: the records, by end.
   struct Run {
@@ -75,11 +63,11 @@ class PathTest : public testing::LiveTest {
     SampleServer server(path("server"), server_args);
     EXPECT_TRUE(server.ok()) << server.error();
     if (!server.ok()) return run;
-    start_agent({server.port()});
+    start_agent_on_ports({server.port()});
     client_args.insert(client_args.end(), {"--requests", std::to_string(kStreams)});
     run.client = testing::run_sample_client(path("client"), server.port(), client_args);
     EXPECT_EQ(run.client.rc, 0) << run.client.output;
-    const auto records = stop_agent();
+    const auto records = stop_agent_after_joins();
     run.servers = by_comm(records, "sample-server", "server");
     run.clients = by_comm(records, "sample-client", "client");
     EXPECT_EQ(run.servers.size(), std::size_t(kStreams));
@@ -201,11 +189,11 @@ TEST_P(GatewayPath, GatewayDelayIsMeasuredAndBufferingIsNamed) {
     gw_port = nginx->port();
     gw_comm = "nginx";
   }
-  start_agent({server.port(), gw_port});
+  start_agent_on_ports({server.port(), gw_port});
   ClientRun c = testing::run_sample_client(path("client"), gw_port,
                                            {"--tokens", "60", "--requests", std::to_string(kStreams)});
   ASSERT_EQ(c.rc, 0) << c.output;
-  const auto records = stop_agent();
+  const auto records = stop_agent_after_joins();
   const auto servers = by_comm(records, "sample-server", "server");
   const auto downstream = by_comm(records, gw_comm, "gateway");
   const auto clients = by_comm(records, "sample-client", "client");
@@ -319,12 +307,12 @@ TEST_F(PathTest, BandwidthBoundStreamIsNotBlamedOnTheModel) {
   ASSERT_TRUE(net.ok()) << net.error();
   SampleServer server(path("server"), {"--ttft-ms", "20", "--itl-ms", "5"}, net.host_ip());
   ASSERT_TRUE(server.ok()) << server.error();
-  start_agent({server.port()});
+  start_agent_on_ports({server.port()});
   ClientRun c = testing::run_sample_client(path("client"), server.port(),
                                            {"--tokens", "30", "--requests", std::to_string(kStreams)}, net.host_ip(),
                                            net.exec_prefix());
   ASSERT_EQ(c.rc, 0) << c.output;
-  const auto records = stop_agent();
+  const auto records = stop_agent_after_joins();
   const auto servers = by_comm(records, "sample-server", "server");
   ASSERT_EQ(servers.size(), std::size_t(kStreams));
   for (const auto& r : servers) {

@@ -212,6 +212,7 @@ struct NginxOptions {
   std::string upstream_host = "127.0.0.1";
   std::string upstream_unix;       // non-empty: `proxy_pass http://unix:PATH:` to this unix socket, not a port
   int listen_sndbuf = 0;           // >0: `listen ... sndbuf=N` (downstream send buffer: gateway backpressure)
+  std::string tls_cert, tls_key;   // both set: `listen ... ssl` with this certificate (TLS to clients)
   std::string extra_http;          // appended inside http {}
   std::string extra_location;      // appended inside location / {}
   std::vector<std::string> argv_prefix;  // e.g. NetnsPath::exec_prefix() to run it in a namespace
@@ -240,6 +241,11 @@ class Nginx : public Gateway {
     const std::string d = dir;
     std::string listen = listen_host_ + ":" + std::to_string(port_);
     if (opt.listen_sndbuf > 0) listen += " sndbuf=" + std::to_string(opt.listen_sndbuf);
+    std::string server_tls;
+    if (!opt.tls_cert.empty()) {
+      listen += " ssl";
+      server_tls = "    ssl_certificate " + opt.tls_cert + ";\n    ssl_certificate_key " + opt.tls_key + ";\n";
+    }
     config_ = "# infertap test gateway: nginx, mode " + std::string(to_string(mode)) +
               "\n"
               // root workers: they write temp files into the 0700 scratch directory
@@ -268,7 +274,7 @@ class Nginx : public Gateway {
                                          : std::string()) +
               "  server {\n"
               "    listen " + listen +
-              ";\n"
+              ";\n" + server_tls +
               "    location / {\n"
               "      proxy_pass http://" + (opt.upstream_unix.empty() ? std::string("backend") : "unix:" + opt.upstream_unix + ":") +
               ";\n"
@@ -326,6 +332,7 @@ struct HAProxyOptions {
   std::string upstream_unix;         // non-empty: the server line names this unix socket, not a port
   int wait_for_body_bytes = 4096;    // wait_for_body: the at-least size
   std::string extra_backend;         // appended to the backend section
+  std::string tls_pem;               // set: `bind ... ssl crt FILE` (certificate + key in one PEM, TLS to clients)
   std::vector<std::string> argv_prefix;
 };
 
@@ -358,7 +365,7 @@ class HAProxy : public Gateway {
               defaults_extra +
               "frontend fe\n"
               "  bind " + listen_host_ + ":" + std::to_string(port_) +
-              "\n"
+              (opt.tls_pem.empty() ? "" : " ssl crt " + opt.tls_pem) + "\n"
               "  default_backend be\n"
               "backend be\n" +
               backend_extra + opt.extra_backend + (opt.extra_backend.empty() ? "" : "\n") +

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -48,6 +49,21 @@ class LiveTest : public ::testing::Test {
     ASSERT_TRUE(agent) << "cannot start infertapd";
     agent_.emplace(std::move(*agent));
     ASSERT_TRUE(wait_for_file(path("ready"), 20s)) << "infertapd did not attach:\n" << read_file(path("agent.log"));
+  }
+
+  // infertapd tracing only these ports, without its API socket and metrics
+  // listener.
+  void start_agent_on_ports(const std::vector<std::uint16_t>& ports) {
+    std::vector<std::string> args = {"--socket", "", "--metrics-listen", ""};
+    for (std::uint16_t p : ports) args.insert(args.end(), {"--port", std::to_string(p)});
+    start_agent_with(args);
+  }
+
+  // Records wait briefly for the other records of their path (gateway legs,
+  // the other end): lets them go, then stops the agent as below.
+  std::vector<nlohmann::json> stop_agent_after_joins() {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    return stop_agent_records();
   }
 
   // Stops it (SIGTERM), expects a clean exit, and returns every record it wrote.

@@ -3,15 +3,22 @@
 ground-truth logs: CLOCK_MONOTONIC read right after each write / read returns,
 kept in memory and written at exit (SIGTERM or the end of the run).
 
-  tls_peer.py server --port N --cert F --key F [--itl-ms MS] [--ttft-ms MS] [--log FILE]
+  tls_peer.py server --port N --cert F --key F [--itl-ms MS] [--ttft-ms MS]
+                     [--pause-after N --pause-ms MS] [--log FILE]
       OpenAI-style chat completion streams over HTTP/1.1 + TLS, chunked, one
-      SSL write per event; "max_tokens" in the request body sets the count.
+      SSL write per event; "max_tokens" in the request body sets the count;
+      --pause-after N holds content event N (0-based) back --pause-ms longer.
       Prints "listening <port>".
   tls_peer.py client --port N [--tokens N] [--requests R] [--interval-ms MS]
                      [--import-after-ms MS] [--ready-file F] [--log FILE]
       R requests over new TLS connections; with --import-after-ms the ssl
       module (and so libssl) is loaded only that long after start, and
       --ready-file is written once it is.
+
+  tls_peer.py loop --cert F --key F [--seconds S] [--size N]
+      A TLS connection over loopback TCP inside one process, non-HTTP bytes
+      written (N per SSL write) and drained as fast as they go for S seconds;
+      prints {"writes_per_sec": ...} (the benchmark's libssl user).
 
 Log lines (NDJSON): {"type":"request"|"send"|"write"|"event"|"import", ...}
 with "mono_ns", "req" (request number, a connection each) and per event
@@ -102,6 +109,8 @@ def stream(conn, req, body, args, peer_port):
     for index, (kind, text) in enumerate(events):
         if kind == "content":
             last += int((args.ttft_ms if index == 1 else args.itl_ms) * 1e6)
+            if args.pause_ms and index - 1 == args.pause_after:
+                last += int(args.pause_ms * 1e6)
             sleep_until(last)
         data = chunk(text)
         n = conn.send(data)  # one SSL write per event; the log's time is its return
@@ -249,25 +258,69 @@ def run_client(args):
     return 1 if failures else 0
 
 
+# ---- loop -------------------------------------------------------------------
+
+def run_loop(args):
+    import ssl
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(args.cert, args.key)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.check_hostname = False
+    client_ctx.verify_mode = ssl.CERT_NONE
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    accepted = {}
+
+    def drain():
+        raw, _ = listener.accept()
+        conn = server_ctx.wrap_socket(raw, server_side=True)
+        accepted["conn"] = conn
+        while conn.recv(65536):
+            pass
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    conn = client_ctx.wrap_socket(socket.create_connection(listener.getsockname()))
+    payload = bytes([0x17, 0x03]) + bytes(range(256)) * (args.size // 256 + 1)
+    payload = payload[:args.size]
+    writes, end = 0, time.monotonic() + args.seconds
+    while time.monotonic() < end:
+        for _ in range(100):
+            conn.sendall(payload)
+        writes += 100
+    elapsed = args.seconds + (time.monotonic() - end)
+    conn.close()
+    reader.join(2)
+    print(json.dumps({"writes_per_sec": round(writes / elapsed)}))
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["server", "client"])
+    p.add_argument("mode", choices=["server", "client", "loop"])
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--cert")
     p.add_argument("--key")
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--ttft-ms", type=float, default=20)
     p.add_argument("--itl-ms", type=float, default=10)
+    p.add_argument("--pause-after", type=int, default=-1)
+    p.add_argument("--pause-ms", type=float, default=0)
     p.add_argument("--requests", type=int, default=1)
     p.add_argument("--interval-ms", type=float, default=0)
     p.add_argument("--import-after-ms", type=float, default=0)
     p.add_argument("--ready-file")
     p.add_argument("--log")
+    p.add_argument("--seconds", type=float, default=1)
+    p.add_argument("--size", type=int, default=256)
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: (write_log(args.log), os._exit(0)))
     if args.mode == "server":
         run_server(args)
         return 0
+    if args.mode == "loop":
+        return run_loop(args)
     rc = run_client(args)
     write_log(args.log)
     return rc

@@ -6,6 +6,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -37,6 +38,10 @@ constexpr std::uint64_t kFullRescanNs = 60'000'000'000ull;
 // again once it has (a few ms), and once more for slow starters.
 constexpr std::uint64_t kExecRescanNs[] = {0, 10'000'000ull, 300'000'000ull};
 constexpr std::size_t kMaxPendingScans = 4096;
+// How often the processes that map a deleted library file are checked: once
+// none is left, a full rescan confirms it and releases the file's probes.
+constexpr std::uint64_t kDeletedMapperCheckNs = 1'000'000'000ull;
+constexpr std::size_t kMaxDeletedMappers = 64;
 constexpr std::size_t kMaxTlsLibraries = 1024;
 
 bool is_openssl_name(std::string_view name) { return name.rfind("libssl.so", 0) == 0; }
@@ -88,6 +93,7 @@ void TlsLibraries::note(std::string what, std::string why) {
 void TlsLibraries::scan_everything(std::uint64_t now_ns) {
   ++full_scans_;
   in_full_scan_ = true;
+  for (auto& [key, file] : files_) file.pids.clear();  // found again below while still mapped
   // Through init's root when the agent may see it (its own container is not the host's).
   const std::string host_root = access("/proc/1/root/", X_OK) == 0 ? "/proc/1/root" : "";
   for (const char* dir : kLibraryDirs) {
@@ -101,7 +107,7 @@ void TlsLibraries::scan_everything(std::uint64_t now_ns) {
       if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       const FileKey key{st.st_dev, st.st_ino};
       if (files_.contains(key)) continue;  // the same file in another directory (/lib -> /usr/lib)
-      inspect(key, path, entry->d_name, false);
+      inspect(key, path, path, entry->d_name, false, 0);
     }
     closedir(d);
   }
@@ -131,6 +137,7 @@ void TlsLibraries::on_exec(std::uint32_t pid, std::uint64_t now_ns) {
 void TlsLibraries::on_dlopen(std::uint32_t pid, std::uint64_t now_ns) { schedule(pid, now_ns); }
 
 void TlsLibraries::tick(std::uint64_t now_ns) {
+  check_deleted_mappers(now_ns);
   if (now_ns >= next_full_scan_ns_) {
     due_.clear();
     scan_everything(now_ns);
@@ -162,20 +169,24 @@ void TlsLibraries::scan_process(std::uint32_t pid) {
     const FileKey key{makedev(m->dev_major, m->dev_minor), m->inode};
     if (auto it = files_.find(key); it != files_.end()) {
       if (in_full_scan_) it->second.seen_scan = full_scans_;
+      if (m->deleted) mapped_deleted(it->second, pid);
       continue;
     }
     std::string path = proc + "/map_files/" + hex(m->start) + "-" + hex(m->end);
     if (access(path.c_str(), R_OK) != 0 && !m->deleted) path = proc + "/root" + m->path;
-    inspect(key, path, base_name(m->path), m->deleted);
+    inspect(key, path, m->path, base_name(m->path), m->deleted, pid);
   }
   std::free(line);
   std::fclose(maps);
 }
 
-void TlsLibraries::inspect(const FileKey& key, const std::string& path, std::string_view name, bool deleted) {
+// `path` opens the file; `shown` is how the process names it (for the notes).
+void TlsLibraries::inspect(const FileKey& key, const std::string& path, const std::string& shown, std::string_view name,
+                           bool deleted, std::uint32_t pid) {
   File& file = files_[key];  // inspected once, whatever the outcome
   file.seen_scan = full_scans_;
   file.deleted = deleted;
+  if (deleted) file.pids.push_back(pid);
   const FunctionOffsets found = find_functions(path, kFunctions);
   if (!found.error.empty()) {
     if (is_openssl_name(name)) {
@@ -207,7 +218,42 @@ void TlsLibraries::inspect(const FileKey& key, const std::string& path, std::str
   if (deleted) ++stats_.tls_libraries_deleted;
   note("probing TLS in " + std::string(name) + " as " + library_names_.back(),
        std::string(deleted ? "mapped while deleted or replaced on disk, " : "") + "defines SSL_write and SSL_read (" +
-           path + ")");
+           shown + (shown == path ? "" : ", read through " + path) + ")");
+}
+
+// A probed file seen mapped "(deleted)": deleted or replaced on disk after it
+// was probed (a package upgrade), or probed that way. Its probes hold the old
+// file until no process maps it; the processes seen mapping it are watched.
+void TlsLibraries::mapped_deleted(File& file, std::uint32_t pid) {
+  if (file.links.empty()) return;
+  if (!file.deleted) {
+    file.deleted = true;
+    ++stats_.tls_libraries_deleted;
+    note("TLS library " + std::string(library_name(file.id)) + " deleted or replaced on disk",
+         "its probes are released once no process maps it");
+  }
+  if (file.pids.size() < kMaxDeletedMappers &&
+      std::find(file.pids.begin(), file.pids.end(), pid) == file.pids.end())
+    file.pids.push_back(pid);
+}
+
+// Once every process seen mapping a deleted file is gone (exited, or a zombie
+// with no mappings), a full rescan soon: it finds the file unmapped (children
+// that inherited the mapping keep it) and releases the probes.
+void TlsLibraries::check_deleted_mappers(std::uint64_t now_ns) {
+  if (now_ns < next_mapper_check_ns_) return;
+  next_mapper_check_ns_ = now_ns + kDeletedMapperCheckNs;
+  for (auto& [key, file] : files_) {
+    if (!file.deleted || file.links.empty() || file.pids.empty()) continue;
+    std::erase_if(file.pids, [](std::uint32_t pid) {
+      FILE* maps = std::fopen(("/proc/" + std::to_string(pid) + "/maps").c_str(), "re");
+      if (!maps) return true;
+      const bool mapped = std::fgetc(maps) != EOF;
+      std::fclose(maps);
+      return !mapped;
+    });
+    if (file.pids.empty()) next_full_scan_ns_ = now_ns;
+  }
 }
 
 // Entry and return of each call the file defines; SSL_write and SSL_read must

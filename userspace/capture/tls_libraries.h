@@ -87,10 +87,14 @@ class TlsLibraries {
     std::vector<bpf_link*> links;
     bool deleted = false;   // probed through a mapping of a file gone from disk
     std::uint64_t seen_scan = 0;  // the last full scan that found it mapped
+    std::vector<std::uint32_t> pids;  // deleted: processes seen mapping it (bounded)
   };
 
   void scan_process(std::uint32_t pid);
-  void inspect(const FileKey& key, const std::string& path, std::string_view name, bool deleted);
+  void inspect(const FileKey& key, const std::string& path, const std::string& shown, std::string_view name,
+               bool deleted, std::uint32_t pid);
+  void mapped_deleted(File& file, std::uint32_t pid);
+  void check_deleted_mappers(std::uint64_t now_ns);
   bool attach_tls(File& file, const std::string& path, const std::vector<std::uint64_t>& offsets, std::string* why);
   bool attach(bpf_program* prog, const std::string& path, std::uint64_t offset, bool ret, std::uint64_t cookie,
               File& file, std::string* why);
@@ -105,6 +109,7 @@ class TlsLibraries {
   std::multimap<std::uint64_t, std::uint32_t> due_;  // scan time -> pid
   std::uint64_t full_scans_ = 0;
   std::uint64_t next_full_scan_ns_ = 0;
+  std::uint64_t next_mapper_check_ns_ = 0;
   bool in_full_scan_ = false;
   TlsLibraryStats stats_;
 };

@@ -1,0 +1,631 @@
+// TLS end to end, as root: the real infertapd sees streams through the
+// OpenSSL probes of real TLS programs — nginx and HAProxy terminating TLS in
+// front of the sample server, curl, Python's ssl (the system libssl) with
+// ground-truth clocks, the official `openai` npm client on Node.js — and the
+// records must say tls, name the library, and carry the same timing, joins and
+// causes as plaintext. Faults: non-HTTP TLS muted, a process dying mid-stream,
+// a library deleted on disk while mapped, libssl loaded late by dlopen.
+//
+// Certificates are made per test with `openssl req`. The `openai` package is
+// installed by scripts/setup.sh into /var/cache/infertap/npm.
+#include <gtest/gtest.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "support/node_modules.h"
+#include "support/gateways.h"
+#include "support/live_test.h"
+#include "support/ndjson.h"
+#include "support/percentile.h"
+#include "support/process.h"
+#include "support/sample_peers.h"
+
+namespace infertap {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using testing::Process;
+using testing::read_file;
+using testing::percentile_abs;
+using testing::read_ndjson;
+
+constexpr const char* kTlsPeer = "tests/support/tls_peer.py";
+constexpr const char* kOpenaiScript = "tests/support/openai_stream.mjs";
+constexpr const char* kPython = "/usr/bin/python3";
+
+std::set<std::string> causes_of(const json& stalls) {
+  std::set<std::string> out;
+  for (const auto& s : stalls) out.insert(s.at("cause").get<std::string>());
+  return out;
+}
+
+int port_of(const json& endpoint) {
+  if (!endpoint.is_string()) return -1;
+  const std::string s = endpoint.get<std::string>();
+  return std::stoi(s.substr(s.rfind(':') + 1));
+}
+
+std::string describe(const json& r) {
+  json brief = json::object();
+  for (const char* k : {"stream_id", "role", "comm", "local", "remote", "tls", "tls_library", "tls_handshake_ms", "end",
+                        "content_events", "ttft_ms", "stalls", "delivery", "gateway", "peer_stream_id"})
+    if (r.contains(k)) brief[k] = r[k];
+  return brief.dump(1);
+}
+
+// Output of a shell command ("" when it cannot run).
+std::string command_output(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    pclose(p);
+  }
+  return out;
+}
+
+class TlsTest : public testing::LiveTest {
+ protected:
+  TlsTest() : LiveTest("infertap-tls") {}
+
+  void SetUp() override {
+    LiveTest::SetUp();
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(std::filesystem::exists(kTlsPeer)) << "run from the repository root (" << kTlsPeer << ")";
+    ASSERT_FALSE(testing::find_system_binary("openssl").empty()) << "openssl not installed: run scripts/setup.sh";
+    // An EC certificate for localhost and 127.0.0.1; the PEM with both for HAProxy.
+    const std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "
+                            "/CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " +
+                            path("key.pem") + " -out " + path("cert.pem") + " > " + path("openssl.log") + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl req failed:\n" << read_file(path("openssl.log"));
+    std::ofstream(path("both.pem")) << read_file(path("cert.pem")) << read_file(path("key.pem"));
+  }
+
+  void TearDown() override {
+    peers_.clear();  // killed before the scratch directory goes
+    LiveTest::TearDown();
+  }
+
+  std::string cert() const { return path("cert.pem"); }
+  std::string key() const { return path("key.pem"); }
+
+  // The counters infertapd printed at exit (--stats): {"kernel": {...}, ...}.
+  json agent_stats() const {
+    const std::string log = read_file(path("agent.log"));
+    const std::size_t at = log.rfind("stats {");
+    if (at == std::string::npos) return json();
+    const std::size_t end = log.find('\n', at);
+    return json::parse(log.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6), nullptr, false);
+  }
+  std::uint64_t kernel_counter(const json& stats, const std::string& name) const {
+    return stats.is_object() ? stats["kernel"].value(name, std::uint64_t(0)) : 0;
+  }
+
+  // tls_peer.py server on port_, logging to NAME.ndjson (at its exit), on
+  // `cpu` SCHED_FIFO when given; "" when it is listening, else why not.
+  std::string start_tls_server(const std::string& name, std::vector<std::string> extra, int cpu = -1) {
+    std::vector<std::string> argv = {kPython, kTlsPeer, "server", "--port", std::to_string(port_),
+                                     "--cert", cert(), "--key", key(), "--log", path(name + ".ndjson")};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = Process::spawn(on_cpu(cpu, argv), path(name + ".out"));
+    if (!p) return "cannot spawn " + std::string(kPython);
+    peers_[name].emplace(std::move(*p));
+    if (!testing::wait_for_text(path(name + ".out"), "listening", 10s))
+      return "tls_peer.py server did not start:\n" + read_file(path(name + ".out"));
+    return "";
+  }
+  // SIGTERM writes its log; the log's lines.
+  std::vector<json> stop_tls_server(const std::string& name) {
+    if (peers_[name]) peers_[name]->stop(5s);
+    return read_ndjson(path(name + ".ndjson"));
+  }
+
+  // Runs argv to completion; its exit status (-1: did not start or end).
+  int run(const std::vector<std::string>& argv, const std::string& log_name, std::chrono::milliseconds timeout = 60s) {
+    auto p = Process::spawn(argv, path(log_name));
+    EXPECT_TRUE(p) << "cannot spawn " << argv[0];
+    if (!p) return -1;
+    auto st = p->wait(timeout);
+    EXPECT_TRUE(st) << argv[0] << " timed out";
+    return st && WIFEXITED(*st) ? WEXITSTATUS(*st) : -1;
+  }
+
+  std::vector<std::string> tls_client(const std::string& name, std::uint16_t port, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {kPython, kTlsPeer, "client", "--port", std::to_string(port), "--log",
+                                     path(name + ".ndjson")};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+
+  // Pinned to a CPU and SCHED_FIFO, as the plaintext ground-truth runs: a
+  // thread preempted between its call's return and its clock read would put
+  // that delay in the log.
+  static std::vector<std::string> on_cpu(int cpu, std::vector<std::string> argv) {
+    if (cpu < 0) return argv;
+    argv.insert(argv.begin(), {"/usr/bin/taskset", "-c", std::to_string(cpu), "/usr/bin/chrt", "-f", "50"});
+    return argv;
+  }
+
+  static std::vector<json> where(const std::vector<json>& records, const std::string& key, const json& value) {
+    std::vector<json> out;
+    for (const auto& r : records)
+      if (r.value(key, json()) == value) out.push_back(r);
+    return out;
+  }
+  static std::vector<json> on_port(const std::vector<json>& records, int port) {
+    std::vector<json> out;
+    for (const auto& r : records)
+      if (port_of(r["local"]) == port || port_of(r["remote"]) == port) out.push_back(r);
+    return out;
+  }
+
+  std::map<std::string, std::optional<Process>> peers_;
+};
+
+// ---- gateways terminating TLS ----------------------------------------------------
+
+struct TlsGatewayCase {
+  std::string name;
+  bool haproxy;
+  testing::NginxMode nginx;
+  bool buffers;
+};
+
+// Every event, or, when a gateway's burst arrives in one TLS record larger
+// than the capture's head and tail (nginx fills 16 KB ssl buffers: a short
+// buffered stream is one record), fewer, with the gap counted.
+void expect_all_events_or_counted_lower_bound(const json& r, int events, bool burst_possible) {
+  if (!burst_possible || r["content_events"] == events) {
+    EXPECT_EQ(r["content_events"], events) << describe(r);
+    return;
+  }
+  EXPECT_TRUE(r["counts_lower_bound"].get<bool>()) << describe(r);
+  EXPECT_GT(r["bytes_not_captured"].get<int>(), 0) << describe(r);
+  EXPECT_LT(r["content_events"].get<int>(), events) << describe(r);
+}
+
+class TlsGateway : public TlsTest, public ::testing::WithParamInterface<TlsGatewayCase> {};
+
+// Python ssl clients -> gateway (TLS) -> sample server (plaintext).
+TEST_P(TlsGateway, TlsLegIsRecordedAndJoinedToThePlaintextUpstream) {
+  const TlsGatewayCase& gc = GetParam();
+  constexpr int kStreams = 3;
+  testing::SampleServer server(path("server"), {"--ttft-ms", "50", "--itl-ms", "10"});
+  ASSERT_TRUE(server.ok()) << server.error();
+  std::unique_ptr<testing::Gateway> gw;
+  if (gc.haproxy) {
+    testing::HAProxyOptions opt;
+    opt.tls_pem = path("both.pem");
+    gw = std::make_unique<testing::HAProxy>(testing::HAProxyMode::streaming, server.port(), path("haproxy"), opt);
+  } else {
+    testing::NginxOptions opt;
+    opt.tls_cert = cert();
+    opt.tls_key = key();
+    gw = std::make_unique<testing::Nginx>(gc.nginx, server.port(), path("nginx"), opt);
+  }
+  ASSERT_TRUE(gw->ok()) << gw->error();
+  const std::string gw_comm = gc.haproxy ? "haproxy" : "nginx";
+  start_agent_on_ports({server.port(), gw->port()});
+  ASSERT_EQ(run(tls_client("client", gw->port(), {"--tokens", "60", "--requests", std::to_string(kStreams)}),
+                "client.out"),
+            0)
+      << read_file(path("client.out"));
+  const auto records = stop_agent_after_joins();
+  const auto servers = where(where(records, "comm", "sample-server"), "role", "server");
+  const auto legs = where(where(records, "comm", gw_comm), "role", "gateway");
+  const auto clients = where(where(records, "comm", "python3"), "role", "client");
+  ASSERT_EQ(servers.size(), std::size_t(kStreams)) << read_file(path("agent.log"));
+  ASSERT_EQ(legs.size(), std::size_t(2 * kStreams)) << "both legs of the gateway, per stream";
+  ASSERT_EQ(clients.size(), std::size_t(kStreams)) << "the Python ssl client's own view";
+
+  int downstream = 0;
+  for (const auto& r : legs) {
+    ASSERT_TRUE(r["gateway"].is_object()) << describe(r);
+    if (r["gateway"]["leg"] == "downstream") {
+      ++downstream;
+      EXPECT_EQ(port_of(r["local"]), gw->port()) << describe(r);
+      EXPECT_TRUE(r["tls"].get<bool>()) << "the client-facing leg is TLS: " << describe(r);
+      EXPECT_EQ(r["tls_library"], "openssl-3") << describe(r);
+      expect_all_events_or_counted_lower_bound(r, 60, gc.buffers);
+      EXPECT_GE(r["gateway"]["events_matched"].get<int>(), 10) << "joined to the upstream leg: " << describe(r);
+      std::printf("  %s: TLS downstream leg, gateway delay p50 %.2f ms p99 %.2f ms, %d events matched\n",
+                  gc.name.c_str(), r["gateway"]["delay_p50_ms"].get<double>(),
+                  r["gateway"]["delay_p99_ms"].get<double>(), r["gateway"]["events_matched"].get<int>());
+      if (!gc.buffers) {
+        EXPECT_LT(r["gateway"]["delay_p99_ms"].get<double>(), 5.0) << "a streaming gateway adds little: " << describe(r);
+      }
+    } else {
+      EXPECT_FALSE(r["tls"].get<bool>()) << "the upstream leg is plaintext: " << describe(r);
+      EXPECT_TRUE(r["tls_library"].is_null()) << describe(r);
+    }
+  }
+  EXPECT_EQ(downstream, kStreams);
+
+  for (const auto& r : servers) {
+    EXPECT_FALSE(r["tls"].get<bool>()) << describe(r);
+    ASSERT_TRUE(r["delivery"].is_object()) << describe(r);
+    EXPECT_NE(r["delivery"]["path"].get<std::string>().find("gateway(" + gw_comm + ")"), std::string::npos)
+        << "the path goes through the TLS gateway: " << describe(r);
+    EXPECT_FALSE(r["peer_stream_id"].is_null()) << "joined to the TLS client's stream: " << describe(r);
+    EXPECT_TRUE(r["stalls"].empty()) << "the server emitted on time: " << describe(r);
+    const auto causes = causes_of(r["delivery"]["stalls"]);
+    if (gc.buffers) {
+      // Held events leave in bursts (stalls between them), or the whole
+      // stream in one at its end (an inflated TTFT only).
+      EXPECT_TRUE(causes.empty() || causes == std::set<std::string>{"gateway_buffering"}) << describe(r);
+      EXPECT_EQ(r["delivery"]["ttft_cause"], "gateway_buffering") << describe(r);
+      EXPECT_GE(r["delivery"]["ttft_added_ms"].get<double>(), 50.0) << "TTFT inflation: " << describe(r);
+      EXPECT_TRUE(r["delivery"]["degraded_by_path"].get<bool>()) << describe(r);
+    } else {
+      EXPECT_TRUE(causes.empty()) << describe(r);
+      EXPECT_TRUE(r["delivery"]["ttft_cause"].is_null()) << describe(r);
+      EXPECT_FALSE(r["delivery"]["degraded_by_path"].get<bool>()) << describe(r);
+    }
+  }
+  for (const auto& r : clients) {
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    EXPECT_EQ(r["tls_library"], "openssl-3") << describe(r);
+    expect_all_events_or_counted_lower_bound(r, 60, gc.buffers);
+    EXPECT_EQ(r["end"], "complete") << describe(r);
+    EXPECT_GT(r["tls_handshake_ms"].get<double>(), 0.0) << "a new connection's handshake: " << describe(r);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gateways, TlsGateway,
+                         ::testing::Values(TlsGatewayCase{"nginx_streaming", false, testing::NginxMode::streaming, false},
+                                           TlsGatewayCase{"nginx_defaults", false, testing::NginxMode::defaults, true},
+                                           TlsGatewayCase{"haproxy_streaming", true, testing::NginxMode::streaming,
+                                                          false}),
+                         [](const ::testing::TestParamInfo<TlsGatewayCase>& info) { return info.param.name; });
+
+// ---- curl ----------------------------------------------------------------------------
+
+TEST_F(TlsTest, CurlOverTlsIsAClientWithItsHandshakeTime) {
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "5"}), "");
+  start_agent_on_ports({port_});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(run({"/usr/bin/curl", "-sSN", "--cacert", cert(), "-o", "/dev/null", "-X", "POST",
+                   "https://localhost:" + std::to_string(port_) + "/v1/chat/completions", "--resolve",
+                   "localhost:" + std::to_string(port_) + ":127.0.0.1", "-H", "Content-Type: application/json", "-d",
+                   R"({"model":"curl-model","stream":true,"max_tokens":12})"},
+                  "curl.out"),
+              0)
+        << read_file(path("curl.out"));
+  }
+  stop_tls_server("server");
+  const auto records = stop_agent_after_joins();
+  const auto curls = where(records, "comm", "curl");
+  const auto servers = where(records, "role", "server");
+  ASSERT_EQ(curls.size(), 3u) << read_file(path("agent.log"));
+  ASSERT_EQ(servers.size(), 3u);
+  for (const auto& r : curls) {
+    EXPECT_EQ(r["role"], "client") << describe(r);
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    EXPECT_EQ(r["tls_library"], "openssl-3") << describe(r);
+    EXPECT_EQ(r["model"], "tls-peer") << "the model the response names: " << describe(r);
+    EXPECT_EQ(r["content_events"], 12) << describe(r);
+    EXPECT_EQ(r["end"], "complete") << describe(r);
+    ASSERT_TRUE(r["tls_handshake_ms"].is_number()) << describe(r);
+    EXPECT_GT(r["tls_handshake_ms"].get<double>(), 0.0) << describe(r);
+    EXPECT_LT(r["tls_handshake_ms"].get<double>(), r["ttft_ms"].get<double>()) << "part of the client's TTFT";
+    EXPECT_GE(r["ttft_ms"].get<double>(), 20.0) << describe(r);
+  }
+  for (const auto& r : servers) {
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    EXPECT_EQ(r["content_events"], 12) << describe(r);
+  }
+}
+
+// ---- ground truth: Python ssl on both ends ------------------------------------------
+
+TEST_F(TlsTest, EmitAndReadTimesMatchThePythonSslPeersClocks) {
+  constexpr int kRequests = 4, kTokens = 50;
+  start_agent_on_ports({port_});
+  const int client_cpu = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? 1 : 0;
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "5"}, 0), "");
+  ASSERT_EQ(run(on_cpu(client_cpu, tls_client("client", port_,
+                                              {"--tokens", std::to_string(kTokens), "--requests",
+                                               std::to_string(kRequests)})),
+                "client.out"),
+            0)
+      << read_file(path("client.out"));
+  const std::vector<json> server_log = stop_tls_server("server");
+  const std::vector<json> client_log = read_ndjson(path("client.ndjson"));
+  const auto records = stop_agent_after_joins();
+  const auto servers = where(records, "role", "server");
+  const auto clients = where(records, "role", "client");
+  ASSERT_EQ(servers.size(), std::size_t(kRequests)) << read_file(path("agent.log"));
+  ASSERT_EQ(clients.size(), std::size_t(kRequests));
+
+  // Ground truth by (client port, event index): one request per connection.
+  std::map<std::pair<int, int>, std::int64_t> sent, read;
+  std::map<int, int> port_of_req;
+  for (const auto& l : server_log)
+    if (l["type"] == "send") sent[{l["peer_port"].get<int>(), l["event_index"].get<int>()}] = l["mono_ns"];
+  for (const auto& l : client_log)
+    if (l["type"] == "write") port_of_req[l["req"].get<int>()] = l["local_port"].get<int>();
+  for (const auto& l : client_log)
+    if (l["type"] == "event") read[{port_of_req.at(l["req"].get<int>()), l["event_index"].get<int>()}] = l["mono_ns"];
+
+  std::vector<std::int64_t> emit_err, read_err;
+  for (const auto& r : servers) {
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    EXPECT_EQ(r["tls_library"], "openssl-3") << describe(r);
+    EXPECT_EQ(r["end"], "complete") << describe(r);
+    EXPECT_EQ(r["content_events"], kTokens) << describe(r);
+    EXPECT_EQ(r["bytes_lost"], 0) << describe(r);
+    const int peer = port_of(r["remote"]);
+    for (const auto& e : r["timeline"]) {
+      auto it = sent.find({peer, e["i"].get<int>()});
+      ASSERT_NE(it, sent.end()) << "no server log line for event " << e["i"] << " of " << describe(r);
+      emit_err.push_back(it->second - e["ts_ns"].get<std::int64_t>());
+    }
+  }
+  for (const auto& r : clients) {
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    EXPECT_EQ(r["end"], "complete") << describe(r);
+    EXPECT_EQ(r["content_events"], kTokens) << describe(r);
+    const int local = port_of(r["local"]);
+    for (const auto& e : r["timeline"]) {
+      auto it = read.find({local, e["i"].get<int>()});
+      ASSERT_NE(it, read.end()) << "no client log line for event " << e["i"] << " of " << describe(r);
+      read_err.push_back(it->second - e["ts_ns"].get<std::int64_t>());
+    }
+  }
+  ASSERT_GE(emit_err.size(), std::size_t(kRequests * kTokens));
+  ASSERT_GE(read_err.size(), std::size_t(kRequests * kTokens));
+  const std::int64_t emit_p99 = percentile_abs(emit_err, 99), read_p99 = percentile_abs(read_err, 99);
+  std::printf("[ accuracy ] TLS (python ssl): emit p50 %.1f us p99 %.1f us over %zu events, read p50 %.1f us p99 %.1f "
+              "us over %zu events\n",
+              percentile_abs(emit_err, 50) / 1e3, emit_p99 / 1e3, emit_err.size(), percentile_abs(read_err, 50) / 1e3,
+              read_p99 / 1e3, read_err.size());
+  EXPECT_LE(emit_p99, 50'000) << "emit time p99 error over TLS (ns)";
+  EXPECT_LE(read_p99, 100'000) << "read time p99 error over TLS (ns)";
+}
+
+// ---- Node.js: the official openai client --------------------------------------------
+
+TEST_F(TlsTest, NodeOpenaiClientStreamIsRecorded) {
+  const std::string node = testing::find_system_binary("node");
+  ASSERT_FALSE(node.empty()) << "node not installed: run scripts/setup.sh (nodejs)";
+  const std::string modules = testing::node_modules_dir();
+  ASSERT_TRUE(std::filesystem::exists(modules + "/openai/package.json"))
+      << "the openai npm package is not in " << modules << ": run scripts/setup.sh";
+  // Node carries OpenSSL in its binary (statically linked) or links libssl.
+  const bool links_libssl = command_output("ldd " + node).find("libssl.so.3") != std::string::npos;
+  const std::string expected_library =
+      links_libssl ? "openssl-3" : "static:" + std::filesystem::path(node).filename().string();
+  constexpr int kTokens = 24, kRequests = 2;
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "10"}), "");
+  start_agent_on_ports({port_});
+  ASSERT_EQ(run({"/usr/bin/env", "NODE_PATH=" + modules, "NODE_EXTRA_CA_CERTS=" + cert(), node,
+                 kOpenaiScript, "https://127.0.0.1:" + std::to_string(port_) + "/v1", std::to_string(kTokens),
+                 std::to_string(kRequests)},
+                "node.out"),
+            0)
+      << read_file(path("node.out"));
+  stop_tls_server("server");
+  // The client's own count of content chunks, per request.
+  int node_lines = 0;
+  for (const auto& l : read_ndjson(path("node.out"))) {
+    ASSERT_TRUE(l.is_object()) << read_file(path("node.out"));
+    EXPECT_EQ(l["content_events"], kTokens);
+    ++node_lines;
+  }
+  EXPECT_EQ(node_lines, kRequests);
+  const auto records = stop_agent_after_joins();
+  const auto clients = where(records, "role", "client");
+  const auto servers = where(records, "role", "server");
+  ASSERT_EQ(clients.size(), std::size_t(kRequests)) << read_file(path("agent.log"));
+  ASSERT_EQ(servers.size(), std::size_t(kRequests));
+  for (const auto& r : clients) {
+    EXPECT_EQ(r["comm"], "node") << describe(r);
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    EXPECT_EQ(r["tls_library"], expected_library) << describe(r);
+    EXPECT_EQ(r["content_events"], kTokens) << describe(r);
+    EXPECT_EQ(r["model"], "tls-peer") << "the model the response names: " << describe(r);
+    EXPECT_EQ(r["end"], "complete") << describe(r);
+    EXPECT_GE(r["ttft_ms"].get<double>(), 20.0) << describe(r);
+    EXPECT_FALSE(r["peer_stream_id"].is_null()) << "joined to the server's record: " << describe(r);
+  }
+  const json stats = agent_stats();
+  if (!links_libssl) {
+    EXPECT_GT(kernel_counter(stats, "tls_unbound"), 0u) << "Node writes ciphertext from its event loop: " << stats;
+  }
+}
+
+// ---- a stall behind TLS ---------------------------------------------------------------
+
+TEST_F(TlsTest, ServerPauseBehindTlsIsTheModels) {
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "10", "--pause-after", "10", "--pause-ms", "300"}),
+            "");
+  start_agent_on_ports({port_});
+  ASSERT_EQ(run(tls_client("client", port_, {"--tokens", "30", "--requests", "2"}), "client.out"), 0)
+      << read_file(path("client.out"));
+  stop_tls_server("server");
+  const auto records = stop_agent_after_joins();
+  const auto servers = where(records, "role", "server");
+  const auto clients = where(records, "role", "client");
+  ASSERT_EQ(servers.size(), 2u) << read_file(path("agent.log"));
+  ASSERT_EQ(clients.size(), 2u);
+  for (const auto& r : servers) {
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    ASSERT_EQ(r["stalls"].size(), 1u) << describe(r);
+    EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"model"}) << describe(r);
+    EXPECT_GE(r["stalls"][0]["gap_ms"].get<double>(), 250.0) << describe(r);
+    ASSERT_TRUE(r["delivery"].is_object()) << describe(r);
+    EXPECT_EQ(causes_of(r["delivery"]["stalls"]), std::set<std::string>{"model"}) << describe(r);
+    EXPECT_FALSE(r["delivery"]["degraded_by_path"].get<bool>()) << describe(r);
+  }
+  for (const auto& r : clients) {
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"model"}) << describe(r);
+  }
+}
+
+// ---- non-HTTP TLS ----------------------------------------------------------------------
+
+TEST_F(TlsTest, NonHttpTlsTrafficIsMutedAndYieldsNoRecord) {
+  // A database-like binary protocol over TLS (openssl s_server / s_client),
+  // and in the same run one real TLS stream that proves capture was on.
+  const std::uint16_t binary_port = testing::free_port();
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "5", "--itl-ms", "2"}), "");
+  start_agent_on_ports({port_, binary_port});
+  const std::string s = std::to_string(binary_port);
+  // s_server prints ACCEPT once it listens (a probe connection would be its one accept).
+  auto srv = Process::spawn({"/bin/sh", "-c",
+                             "(sleep 0.5; for i in 1 2 3 4 5 6 7 8; do printf '\\001\\002\\003R%04d\\000' $i; "
+                             "sleep 0.05; done; sleep 1) | openssl s_server -naccept 1 -accept 127.0.0.1:" + s +
+                                 " -cert " + cert() + " -key " + key()},
+                            path("s_server.out"));
+  ASSERT_TRUE(srv);
+  ASSERT_TRUE(testing::wait_for_text(path("s_server.out"), "ACCEPT", 10s)) << read_file(path("s_server.out"));
+  const int rc = run({"/bin/sh", "-c",
+                      "(for i in 1 2 3 4 5 6 7 8; do printf '\\000\\000\\000\\010Q%04d\\001' $i; sleep 0.05; done; "
+                      "sleep 1) | openssl s_client -quiet -no_ign_eof -connect 127.0.0.1:" + s + " > " + path("s_client.bytes")},
+                     "s_client.out", 20s);
+  EXPECT_EQ(rc, 0) << read_file(path("s_client.out"));
+  srv->wait(5s);
+  EXPECT_GT(std::filesystem::file_size(path("s_client.bytes")), 8u) << "the server's bytes reached the client";
+  ASSERT_EQ(run(tls_client("client", port_, {"--tokens", "6"}), "client.out"), 0) << read_file(path("client.out"));
+  stop_tls_server("server");
+  const auto records = stop_agent_after_joins();
+  EXPECT_TRUE(on_port(records, binary_port).empty()) << "non-HTTP TLS gives no record: "
+                                                     << on_port(records, binary_port).front().dump();
+  EXPECT_EQ(on_port(records, port_).size(), 2u) << "the HTTP TLS stream, seen from server and client";
+  const json stats = agent_stats();
+  EXPECT_GT(kernel_counter(stats, "tls_muted"), 0u) << "later calls stopped after one lookup: " << stats;
+}
+
+// ---- a TLS process dies mid-stream ----------------------------------------------------
+
+TEST_F(TlsTest, TlsServerExitingMidStreamGivesOneEndedRecord) {
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "10"}), "");
+  start_agent_on_ports({port_});
+  auto client = Process::spawn(tls_client("client", port_, {"--tokens", "300"}), path("client.out"));
+  ASSERT_TRUE(client);
+  std::this_thread::sleep_for(600ms);
+  peers_["server"]->signal(SIGKILL);  // probes attached, connection open, mid-stream
+  peers_["server"]->wait(5s);
+  ASSERT_TRUE(client->wait(20s)) << "the client sees the connection end";
+  const auto records = stop_agent_after_joins();
+  const auto servers = where(records, "role", "server");
+  const auto clients = where(records, "role", "client");
+  ASSERT_EQ(servers.size(), 1u) << read_file(path("agent.log"));
+  ASSERT_EQ(clients.size(), 1u);
+  for (const auto& r : {servers[0], clients[0]}) {
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    EXPECT_EQ(r["end"], "connection_closed") << describe(r);
+    EXPECT_GT(r["content_events"].get<int>(), 10) << describe(r);
+    EXPECT_LT(r["content_events"].get<int>(), 300) << describe(r);
+  }
+}
+
+// ---- a library deleted on disk while mapped -------------------------------------------
+
+std::string system_libssl() {
+  for (const char* p : {"/usr/lib/x86_64-linux-gnu/libssl.so.3", "/lib/x86_64-linux-gnu/libssl.so.3",
+                        "/usr/lib/aarch64-linux-gnu/libssl.so.3", "/usr/lib64/libssl.so.3"})
+    if (std::filesystem::exists(p)) return p;
+  return "";
+}
+
+TEST_F(TlsTest, LibraryDeletedOnDiskIsProbedCountedAndReleased) {
+  const std::string libssl = system_libssl();
+  ASSERT_FALSE(libssl.empty()) << "libssl.so.3 not found (Debian package libssl3)";
+  // A private copy of libssl, loaded by the client through LD_LIBRARY_PATH
+  // and deleted (as a package upgrade replaces it) before the agent starts.
+  std::filesystem::create_directories(path("lib"));
+  std::filesystem::copy_file(libssl, path("lib/libssl.so.3"));
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "5"}), "");
+  std::vector<std::string> argv = tls_client("client", port_,
+                                             {"--tokens", "20", "--requests", "12", "--interval-ms", "400",
+                                              "--ready-file", path("client.ready")});
+  argv.insert(argv.begin(), {"/usr/bin/env", "LD_LIBRARY_PATH=" + path("lib")});
+  auto client = Process::spawn(argv, path("client.out"));
+  ASSERT_TRUE(client);
+  ASSERT_TRUE(testing::wait_for_file(path("client.ready"), 10s)) << read_file(path("client.out"));
+  const std::string maps = read_file("/proc/" + std::to_string(client->pid()) + "/maps");
+  ASSERT_NE(maps.find(path("lib/libssl.so.3")), std::string::npos) << "the client maps the copy:\n" << maps;
+  std::filesystem::remove(path("lib/libssl.so.3"));
+  start_agent_on_ports({port_});
+  auto st = client->wait(30s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_file(path("client.out"));
+  // Its last process gone, the deleted file's probes are released soon.
+  std::this_thread::sleep_for(2500ms);
+  stop_tls_server("server");
+  const auto records = stop_agent_after_joins();
+  const json stats = agent_stats();
+  ASSERT_TRUE(stats.is_object()) << read_file(path("agent.log"));
+  EXPECT_GE(kernel_counter(stats, "tls_libraries_deleted"), 1u) << stats;
+  EXPECT_GE(kernel_counter(stats, "tls_libraries_released"), 1u) << stats;
+  EXPECT_EQ(kernel_counter(stats, "tls_attach_failures"), 0u) << stats;
+  // The streams of the process on the deleted copy are seen all the same.
+  int complete = 0;
+  for (const auto& r : where(records, "role", "client")) {
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    EXPECT_EQ(r["tls_library"], "openssl-3") << describe(r);
+    if (r["end"] == "complete" && r["content_events"] == 20) ++complete;
+  }
+  EXPECT_GE(complete, 3) << "requests made after the agent started, through the deleted library";
+  EXPECT_NE(read_file(path("agent.log")).find("deleted"), std::string::npos) << "the attach note says so";
+}
+
+// ---- libssl loaded late ---------------------------------------------------------------
+
+TEST_F(TlsTest, LibsslLoadedLateByDlopenIsPickedUp) {
+  const std::string libssl = system_libssl();
+  ASSERT_FALSE(libssl.empty()) << "libssl.so.3 not found (Debian package libssl3)";
+  // A libssl file nothing has mapped yet and that is in no library directory
+  // (the system's own is probed from the start), so only the process's dlopen
+  // can lead the agent to it.
+  std::filesystem::create_directories(path("lib"));
+  std::filesystem::copy_file(libssl, path("lib/libssl.so.3"));
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "10"}), "");
+  start_agent_on_ports({port_});
+  // A Python process without libssl at exec: `import ssl` (dlopen) after the
+  // agent's last look at a new process (300 ms), then a request at once and
+  // one 300 ms later. Probing the new file takes the agent tens of ms after
+  // the dlopen returns, so the first stream may be joined mid-way; the second
+  // is seen whole.
+  std::vector<std::string> argv =
+      tls_client("client", port_, {"--tokens", "16", "--import-after-ms", "700", "--requests", "2", "--interval-ms", "300"});
+  argv.insert(argv.begin(), {"/usr/bin/env", "LD_LIBRARY_PATH=" + path("lib")});
+  ASSERT_EQ(run(argv, "client.out"), 0) << read_file(path("client.out"));
+  stop_tls_server("server");
+  const auto records = stop_agent_after_joins();
+  auto clients = where(records, "role", "client");
+  ASSERT_GE(clients.size(), 1u) << read_file(path("agent.log"));
+  ASSERT_LE(clients.size(), 2u);
+  std::sort(clients.begin(), clients.end(), [](const json& a, const json& b) {
+    return a["first_event_ns"].get<std::int64_t>() < b["first_event_ns"].get<std::int64_t>();
+  });
+  for (const auto& r : clients) {
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    EXPECT_EQ(r["tls_library"], "openssl-3") << describe(r);
+    EXPECT_EQ(r["end"], "complete") << describe(r);
+  }
+  const json& last = clients.back();
+  EXPECT_EQ(clients.size(), 2u) << "both streams recorded, the first perhaps joined mid-way";
+  EXPECT_EQ(last["content_events"], 16) << describe(last);
+  EXPECT_FALSE(last["joined_midstream"].get<bool>()) << "seen from its first byte: " << describe(last);
+  std::printf("  late libssl: first stream %s (%d content events)\n",
+              clients[0]["joined_midstream"].get<bool>() ? "joined mid-way" : "seen whole",
+              clients[0]["content_events"].get<int>());
+  const std::string log = read_file(path("agent.log"));
+  EXPECT_NE(log.find(path("lib/libssl.so.3")), std::string::npos)
+      << "the attach note names the late library:\n" << log;
+}
+
+}  // namespace
+}  // namespace infertap
