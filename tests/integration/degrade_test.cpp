@@ -74,6 +74,10 @@ class Degradation : public testing::LiveTest {
                                        << "  latency_floor_ms: 30\n"
                                        << "  rate_floor_tokens_per_s: 5\n"
                                        << "  length_classes: [{name: all}]\n"
+                                       // One cohort per process and vantage: these tests judge the
+                                       // path, not the load (tests/integration/load_test.cpp does).
+                                       << "  concurrency_bands: []\n"
+                                       << "  input_bands: []\n"
                                        << "  abuse: {enabled: false}\n"
                                        << "  objectives:\n"
                                        << objectives;
