@@ -41,14 +41,6 @@
 #define ITAP_IOV_MAX 8
 
 /*
- * A TLS socket whose first this many ciphertext calls had no call of a probed
- * TLS library on them is muted: its library is one infertap does not probe
- * (Go's crypto/tls, rustls, GnuTLS, a stripped BoringSSL). A probed library
- * touches its socket within the handshake's few calls.
- */
-#define ITAP_TLS_BLIND_CALLS 16
-
-/*
  * AF_UNIX: the socket's path (sun_path, at most 108 bytes; an abstract name
  * starts with a NUL) rides on a connection's first event, after the tail
  * (itap_event.path_len bytes). ITAP_PATH_ROOM is what the scratch record keeps
@@ -192,7 +184,6 @@ enum itap_drop_reason {
 	X(TLS_CALLS, tls_calls, "TLS library calls (SSL_write/SSL_read) of eligible processes that moved bytes") \
 	X(TLS_UNBOUND, tls_unbound, "TLS library calls whose socket was not known (written later from an event loop)") \
 	X(TLS_LIBS_MUTED, tls_muted, "TLS library calls on connections whose plaintext is not HTTP, stopped after one lookup") \
-	X(TLS_UNPROBED, tls_unprobed, "TLS sockets muted because no probed library call touched their first calls") \
 	X(UNIX_CLASSIFIED, unix_sockets_classified, "unix stream sockets classified on their first data (followed or muted)") \
 	X(UNIX_REUSED, unix_sockets_reused, "unix sockets found at the address of a closed one: the old entry dropped, judged afresh")
 
@@ -347,9 +338,7 @@ struct itap_conn {
 	__u32 unix_rcvd;
 	/* TLS sockets only */
 	__u8 tls_handshake; /* seen from its handshake: first_seen_ns is the handshake's start */
-	__u8 tls_probed;    /* a probed library call moved its bytes (it is not blind) */
-	__u8 tls_blind;     /* ciphertext calls before any probed one (ITAP_TLS_BLIND_CALLS mutes) */
-	__u8 pad3;
+	__u8 pad3[3];
 };
 
 /*
