@@ -49,7 +49,7 @@ kill -TERM "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=
 
 echo
 echo "== stream records (NDJSON, first two shown without their timelines; payload text is never captured):"
-jq -c 'del(.timeline)' "$work/records.ndjson" | head -2
+jq -cn 'limit(2; inputs | del(.timeline))' "$work/records.ndjson"
 echo
 echo "== per stream, as measured in the kernel:"
 jq -r '"\(.role)/\(.vantage) \(.comm) pid \(.pid) \(.path) model=\(.model) ttft=\(.ttft_ms)ms itl_p50=\(.itl_p50_ms)ms itl_max=\(.itl_max_ms)ms tokens=\(.tokens)(\(.token_source)) rate=\(.tokens_per_s|floor) tok/s stalls=\(.stalls|length) end=\(.end)"' "$work/records.ndjson"
