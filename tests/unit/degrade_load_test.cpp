@@ -95,13 +95,7 @@ DegradationConfig config(bool bands = false) {
 class Harness {
  public:
   explicit Harness(DegradationConfig c) : engine_(std::move(c)) { engine_.tick(kT0); }
-  void feed(std::size_t n, const Observation& o) {
-    for (std::size_t i = 0; i < n; ++i) {
-      Observation x = o;
-      x.end_ns = window_start() + (i + 1) * (10 * kS) / (n + 2);
-      engine_.observe(x);
-    }
-  }
+  // Streams ending inside the current window, spread over it.
   void feed(const std::vector<Observation>& v) {
     for (std::size_t i = 0; i < v.size(); ++i) {
       Observation x = v[i];
@@ -109,6 +103,7 @@ class Harness {
       engine_.observe(x);
     }
   }
+  void feed(std::size_t n, const Observation& o) { feed(std::vector<Observation>(n, o)); }
   // `windows` windows of n streams of o; the alerts and reviews they produced.
   void run(int windows, std::size_t n, const Observation& o) {
     for (int w = 0; w < windows; ++w) {
