@@ -19,29 +19,29 @@ protocol::ExchangeSink* H2Streams::stream(std::uint32_t id) {
   if (piece_ && !e.in_piece) {
     e.assembler->begin_piece(*piece_);
     e.in_piece = true;
+    touched_.push_back(id);
   }
   return e.assembler.get();
 }
 
+// Only the streams the piece reached: a piece touches few of many live streams.
 void H2Streams::end_piece() {
-  for (auto it = streams_.begin(); it != streams_.end();) {
+  for (std::uint32_t id : touched_) {
+    auto it = streams_.find(id);
+    if (it == streams_.end()) continue;
     Entry& e = it->second;
-    if (e.in_piece) {
-      e.assembler->end_piece();
-      e.in_piece = false;
-    }
-    // A stream that ended without a record (not an event stream) leaves nothing to take.
-    if (e.closed && !e.assembler->has_finished()) {
-      it = streams_.erase(it);
-    } else {
-      ++it;
-    }
+    e.assembler->end_piece();
+    e.in_piece = false;
   }
+  touched_.clear();
   piece_ = nullptr;
 }
 
 void H2Streams::stream_closed(std::uint32_t id) {
-  if (auto it = streams_.find(id); it != streams_.end()) it->second.closed = true;
+  auto it = streams_.find(id);
+  if (it == streams_.end() || it->second.closed) return;
+  it->second.closed = true;
+  closed_.push_back(id);
 }
 
 void H2Streams::on_problem(protocol::http2::Problem problem) {
@@ -76,27 +76,25 @@ void H2Streams::for_each_active(const std::function<void(const StreamRecord&)>& 
   }
 }
 
-bool H2Streams::has_finished() const {
-  for (const auto& [id, e] : streams_) {
-    if (e.assembler->has_finished()) return true;
-  }
-  return false;
-}
+// A record finishes only when its stream closes: the closed streams are all
+// there is to look at.
+bool H2Streams::has_finished() const { return !closed_.empty(); }
 
-// Records in stream order; a closed stream's assembler goes with its record.
+// Records of the streams closed since the last take; their assemblers go.
 std::vector<StreamRecord> H2Streams::take_finished() {
   std::vector<StreamRecord> out;
-  for (auto it = streams_.begin(); it != streams_.end();) {
-    Entry& e = it->second;
-    if (e.assembler->has_finished()) {
-      for (StreamRecord& r : e.assembler->take_finished()) out.push_back(std::move(r));
-    }
-    if (e.closed && !e.in_piece) {
-      it = streams_.erase(it);
+  std::vector<std::uint32_t> kept;
+  for (std::uint32_t id : closed_) {
+    auto it = streams_.find(id);
+    if (it == streams_.end()) continue;
+    for (StreamRecord& r : it->second.assembler->take_finished()) out.push_back(std::move(r));
+    if (it->second.in_piece) {
+      kept.push_back(id);  // still bracketed by the piece being fed
     } else {
-      ++it;
+      streams_.erase(it);
     }
   }
+  closed_ = std::move(kept);
   return out;
 }
 

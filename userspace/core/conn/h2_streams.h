@@ -55,6 +55,8 @@ class H2Streams : public protocol::http2::StreamSinks {
   Role role_ = Role::unknown;
   const PieceContext* piece_ = nullptr;
   std::map<std::uint32_t, Entry> streams_;
+  std::vector<std::uint32_t> touched_;  // streams begun in the piece being fed
+  std::vector<std::uint32_t> closed_;   // streams closed whose assemblers wait for the take
 };
 
 }  // namespace infertap::core

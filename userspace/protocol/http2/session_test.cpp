@@ -344,6 +344,36 @@ TEST_F(Http2Session, StreamsBeyondTheBoundAreNotFollowed) {
   EXPECT_GT(sinks.problems[Problem::streams_over_limit], 0);
 }
 
+TEST_F(Http2Session, ControlFramesBetweenDataFramesAreReadAndSkipped) {
+  client_start();
+  in.send(server.headers(1, kSseHead, false), 4);
+  std::string mixed = H2Builder::data(1, "data: a\n", false) + H2Builder::ping() + H2Builder::settings_ack();
+  mixed += H2Builder::frame(2, 0, 1, std::string("\x00\x00\x00\x00\x10", 5));  // PRIORITY
+  mixed += H2Builder::settings({{0x1, 8192}, {0x5, 32768}}) + H2Builder::window_update(0, 1000);
+  mixed += H2Builder::data(1, "\ndata: b\n\n", true);
+  in.send(mixed, 5);
+  const StreamLog& s = sinks.streams.at(1);
+  EXPECT_EQ(s.events, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(s.end, ResponseEnd::complete);
+  EXPECT_TRUE(sinks.problems.empty());
+}
+
+TEST_F(Http2Session, GrpcHoleInsideAMessageTruncatesItAndOneOverAPrefixStopsTheMessages) {
+  client_start();
+  in.send(server.headers(1, {{":status", "200"}, {"content-type", "application/grpc"}}, false), 4);
+  const std::string big = H2Builder::grpc_message(std::string(200, 'm'));
+  in.send_with_hole(H2Builder::data(1, big, false), 9 + 20, 10, 5);  // the middle of the message not captured
+  in.send(H2Builder::data(1, H2Builder::grpc_message("after"), false), 6);
+  in.send_with_hole(H2Builder::data(1, H2Builder::grpc_message("x") + H2Builder::grpc_message("lost"), false), 9 + 3, 2, 7);
+  in.send(H2Builder::data(1, H2Builder::grpc_message("never"), false), 8);
+  in.send(server.headers(1, {{"grpc-status", "14"}}, true), 9);
+  const StreamLog& s = sinks.streams.at(1);
+  ASSERT_EQ(s.events.size(), 2u);
+  EXPECT_TRUE(s.truncated[0]);
+  EXPECT_EQ(s.events[1], "after");
+  EXPECT_EQ(s.stats->grpc_status, 14);
+}
+
 TEST(Http2Detect, FirstBytesSayWhetherAConnectionIsHttp2) {
   EXPECT_EQ(detect(bytes(H2Builder::preface())), Start::preface);
   EXPECT_EQ(detect(bytes("PRI * HT")), Start::preface);
