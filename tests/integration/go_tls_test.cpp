@@ -26,6 +26,7 @@
 #include "support/ndjson.h"
 #include "support/percentile.h"
 #include "support/process.h"
+#include "support/repo_file.h"
 #include "support/sample_peers.h"
 #include "support/tls_fixture.h"
 
@@ -41,75 +42,8 @@ using testing::port_of;
 // The Go build cache outlives a run (shared with the unit test of capture/go_binary).
 constexpr const char* kGoCache = "/tmp/infertap-go-cache";
 
-// POST streaming requests (one connection each, HTTP/1.1), one line per SSE
-// event read: {"port": local port, "event_index": i, "mono_ns": CLOCK_MONOTONIC}.
-// It waits first (argument 5, ms): the agent attaches to a new executable
-// when it sees the exec, a few ms after it, and a first call made before
-// that is not seen.
-constexpr const char* kGoClient = R"(package main
-
-import (
-	"bufio"
-	"crypto/tls"
-	"crypto/x509"
-	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptrace"
-	"os"
-	"strconv"
-	"strings"
-	"syscall"
-	"time"
-	"unsafe"
-)
-
-func mono() int64 {
-	var ts syscall.Timespec
-	syscall.RawSyscall(syscall.SYS_CLOCK_GETTIME, 1, uintptr(unsafe.Pointer(&ts)), 0)
-	return ts.Nano()
-}
-
-func main() {
-	url, ca, tokens := os.Args[1], os.Args[2], os.Args[3]
-	requests, _ := strconv.Atoi(os.Args[4])
-	delay, _ := strconv.Atoi(os.Args[5])
-	time.Sleep(time.Duration(delay) * time.Millisecond)
-	pem, _ := os.ReadFile(ca)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true,
-		DisableCompression: true, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}
-	client := &http.Client{Transport: tr}
-	for r := 0; r < requests; r++ {
-		port := 0
-		trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
-			port = info.Conn.LocalAddr().(*net.TCPAddr).Port
-		}}
-		body := `{"model":"m","stream":true,"max_tokens":` + tokens + `}`
-		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
-		resp, err := client.Do(req)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		in := bufio.NewReader(resp.Body)
-		for i := 0; ; {
-			line, err := in.ReadString('\n')
-			if line == "\n" {
-				fmt.Printf("{\"port\":%d,\"event_index\":%d,\"mono_ns\":%d}\n", port, i, mono())
-				i++
-			}
-			if err != nil {
-				break
-			}
-		}
-		resp.Body.Close()
-	}
-}
-)";
+// The Go client's source: tests/support/go_sse_client.go.
+constexpr const char* kGoClientSource = "tests/support/go_sse_client.go";
 
 std::string brief(const json& r) {
   json b = json::object();
@@ -133,7 +67,7 @@ class GoTlsTest : public testing::TlsFixture {
   std::string build_go_client(const std::string& name, bool stripped) {
     const std::string dir = path("go-src");
     std::filesystem::create_directories(dir);
-    std::ofstream(dir + "/main.go") << kGoClient;
+    std::ofstream(dir + "/main.go") << testing::repo_file(kGoClientSource);
     const std::string cmd = "cd " + dir + " && HOME=" + dir + " GOCACHE=" + kGoCache + " GO111MODULE=off GOFLAGS= " +
                             "go build " + (stripped ? "-ldflags='-s -w' " : "") + "-o " + path(name) +
                             " main.go > " + path(name + ".build.log") + " 2>&1";
