@@ -143,6 +143,30 @@ TEST_F(GoBinaryTest, StrippedBinaryIsReadFromItsFunctionTable) {
   EXPECT_EQ(relative(stripped.read), relative(plain.read));
 }
 
+// A binary whose function table is gone as well as its .symtab.
+TEST_F(GoBinaryTest, BinaryWithoutSymbolsOrFunctionTableIsNamedAsStrippedBeyondRepair) {
+  const std::string gone = bin("no-pclntab");
+  ASSERT_EQ(command_output("objcopy -R .gopclntab " + bin("stripped") + " " + gone + " 2>&1; echo rc=$?"), "rc=0\n");
+  const GoBinary b = inspect_go_binary(gone);
+  EXPECT_TRUE(b.is_go) << ".go.buildinfo still says Go";
+  EXPECT_EQ(go_minor_version(b.version), go_minor_version(inspect_go_binary(bin("plain")).version));
+  EXPECT_NE(b.problem.find("stripped beyond repair"), std::string::npos) << b.problem;
+}
+
+// The same binary claiming Go 1.16 (arguments on the stack then): not probed.
+TEST_F(GoBinaryTest, GoOlderThan117IsNamedAndNotProbed) {
+  const std::string version = inspect_go_binary(bin("plain")).version;
+  ASSERT_EQ(version.rfind("go1.", 0), 0u);
+  const std::string old = bin("old");
+  const std::string patched = "go1.16" + version.substr(6);  // same length
+  ASSERT_EQ(command_output("sed 's/" + version + "/" + patched + "/g' " + bin("plain") + " > " + old + "; echo rc=$?"),
+            "rc=0\n");
+  const GoBinary b = inspect_go_binary(old);
+  EXPECT_EQ(b.version, patched);
+  EXPECT_NE(b.problem.find("older than 1.17"), std::string::npos) << b.problem;
+  EXPECT_EQ(b.write.entry, 0u) << "not looked for";
+}
+
 TEST(GoBinary, NotGoAndBrokenFilesAreToldApart) {
   const GoBinary sh = inspect_go_binary("/bin/sh");
   EXPECT_FALSE(sh.is_go);
