@@ -15,7 +15,7 @@ VMLINUX   := vmlinux/$(ARCH)/vmlinux.h
 CXXFLAGS  ?= -O2 -g
 CXXFLAGS  += -std=c++20 -Wall -Wextra -Wno-missing-field-initializers -pthread
 CPPFLAGS  += -Iinclude -Iuserspace -Itests -I$(OUT)
-LDLIBS    += -lbpf -lelf -lz -lbrotlidec -lzstd -lsimdjson -lcpp-httplib -lyaml-cpp -lssl -lcrypto -lcrypt -lnghttp2 -pthread
+LDLIBS    += -lbpf -lelf -lz -lbrotlidec -lzstd -lsimdjson -lcpp-httplib -lyaml-cpp -lssl -lcrypto -lcrypt -lnghttp2 -lcapstone -pthread
 # Libraries and headers of another arch, unpacked (scripts/arm64_sysroot.sh).
 SYSROOT   ?=
 TRIPLET   ?= aarch64-linux-gnu
@@ -63,7 +63,7 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.cpp,$(OUT)/fuzz/%,$(FUZZ_SRCS))
 # The library sources they need are compiled once (instrumented, no main)
 # and linked into each.
 FUZZ_LIB_SRCS := $(filter userspace/base/% userspace/protocol/% userspace/core/%,$(LIB_SRCS)) userspace/capture/event.cpp \
-                 userspace/capture/proc_maps.cpp userspace/capture/elf_symbols.cpp
+                 userspace/capture/proc_maps.cpp userspace/capture/elf_symbols.cpp userspace/capture/go_binary.cpp
 FUZZ_LIB_OBJS := $(patsubst %.cpp,$(OUT)/fuzz/obj/%.o,$(FUZZ_LIB_SRCS))
 FUZZ_COMMON := -std=c++20 -O1 -g -fno-sanitize-recover=undefined -Iinclude -Iuserspace -I$(OUT)
 FUZZ_FLAGS := $(FUZZ_COMMON) -fsanitize=fuzzer,address,undefined
@@ -139,7 +139,7 @@ $(OUT)/fuzz/obj/%.o: %.cpp $(SKELS)
 	$(CLANG)++ $(FUZZ_COMMON) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
 
 $(OUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.cpp $(FUZZ_LIB_OBJS) $(SKELS) | $(OUT)/fuzz
-	$(CLANG)++ $(FUZZ_FLAGS) -MMD -MP -MF $(OUT)/fuzz/obj/fuzz_$*.d $< $(FUZZ_LIB_OBJS) -o $@ -lsimdjson -lz -lbrotlidec -lzstd -lelf -lnghttp2
+	$(CLANG)++ $(FUZZ_FLAGS) -MMD -MP -MF $(OUT)/fuzz/obj/fuzz_$*.d $< $(FUZZ_LIB_OBJS) -o $@ -lsimdjson -lz -lbrotlidec -lzstd -lelf -lnghttp2 -lcapstone
 
 fuzz: $(FUZZ_BINS)
 

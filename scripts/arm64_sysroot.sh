@@ -16,6 +16,7 @@ packages=(
   libzstd1 libzstd-dev                                       # compressed bodies (with zlib and brotli)
   libcrypt1 libcrypt-dev                                     # the metrics endpoint's basic-auth hashes
   libnghttp2-14 libnghttp2-dev                               # HTTP/2 header blocks (HPACK)
+  libcapstone4 libcapstone-dev                               # instruction decoder (Go crypto/tls RET probes)
   libcli11-dev nlohmann-json3-dev                            # header-only
 )
 # The stamp names the packages: a changed list unpacks afresh.

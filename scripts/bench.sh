@@ -7,7 +7,8 @@
 #  4. in-kernel cost per call of each program (bpf_stats), TCP and unix sockets side by side;
 #  5. memory under load;
 #  6. TLS: a Python ssl SSE server at a high chunk rate (agent off vs on), the
-#     cost per OpenSSL probe, and what an untraced libssl user pays.
+#     cost per OpenSSL probe, and what an untraced libssl user pays;
+#  7. Go crypto/tls: the cost per call of the Go probes (entry and RET).
 # Needs root. REPS=3 alternations per case by default; SECTIONS="1 3" runs only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +22,7 @@ make -j"$(nproc)" build/infertapd build/send-loop build/sample-server build/samp
 
 REPS=${REPS:-3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-1}
-SECTIONS=${SECTIONS:-1 2 3 4 5 6}
+SECTIONS=${SECTIONS:-1 2 3 4 5 6 7}
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -266,4 +267,40 @@ lu=$(printf '%s\n' "${luntraced[@]}" | median)
 awk -v o="$lo" -v m="$lm" -v u="$lu" 'BEGIN {
   printf "    off %.0f writes/s | muted (traced, not HTTP) %.0f/s ratio %.3f %+.2f us/write | untraced (--pid other) %.0f/s ratio %.3f %+.2f us/write\n",
     o, m, m/o, 1e6/m - 1e6/o, u, u/o, 1e6/u - 1e6/o }'
+fi
+if want 7; then
+echo "== 7. Go crypto/tls: Go clients -> Caddy (Go TLS) -> sample server, 4 streams x 2000 events x 1 ms ITL; per-call cost"
+# Every Go probe runs: the clients' (*Conn).Read for each event, Caddy's
+# (*Conn).Write for each event and Read for each request, and their RETs.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=localhost \
+  -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout "$work/go.key" -out "$work/go.crt" 2>/dev/null
+mkdir -p "$work/go-src" && cp tests/support/go_sse_client.go "$work/go-src/main.go"
+(cd "$work/go-src" && HOME="$work" GOCACHE=/tmp/infertap-go-cache GO111MODULE=off GOFLAGS= \
+  go build -o "$work/go-sse-client" main.go)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+up=$(free_port); gw=$(free_port)
+build/sample-server --host 127.0.0.1 --port "$up" --ttft-ms 0 --itl-ms 1 --log /dev/null >"$work/go_upstream.out" 2>&1 &
+upid=$!
+printf '{\n admin off\n auto_https off\n storage file_system %s\n servers {\n  protocols h1\n }\n}\nhttps://localhost:%s {\n tls %s %s\n reverse_proxy 127.0.0.1:%s {\n  flush_interval -1\n }\n}\n' \
+  "$work/caddy-data" "$gw" "$work/go.crt" "$work/go.key" "$up" >"$work/Caddyfile"
+HOME="$work" XDG_DATA_HOME="$work/caddy-data" XDG_CONFIG_HOME="$work/caddy-config" \
+  caddy run --config "$work/Caddyfile" --adapter caddyfile >"$work/caddy.log" 2>&1 &
+cpid=$!
+for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$gw") 2>/dev/null && break; sleep 0.05; done
+stats_before=$(sysctl -n kernel.bpf_stats_enabled)
+sysctl -qw kernel.bpf_stats_enabled=1
+agent_on sock
+gclients=()
+for i in $(seq 4); do
+  "$work/go-sse-client" "https://localhost:$gw/v1/chat/completions" "$work/go.crt" 2000 1 300 >"$work/go_client_$i.ndjson" &
+  gclients+=($!)
+done
+wait "${gclients[@]}"
+prog_costs >"$work/go_progs.txt"
+agent_off
+sysctl -qw kernel.bpf_stats_enabled="$stats_before"
+kill -TERM "$cpid" "$upid"; wait "$cpid" "$upid" 2>/dev/null || true
+echo "    events read by the Go clients: $(cat "$work"/go_client_*.ndjson | wc -l)"
+echo "    per call (run time / run count; the uprobe trap itself is not in it):"
+grep -E '^itap_(go_tls|sock)' "$work/go_progs.txt" | awk '{printf "      %-28s %6d ns/call  %8d calls\n", $1, $2, $3}'
 fi

@@ -10,6 +10,7 @@ packages=(
   libnghttp2-dev                           # HTTP/2 header blocks (HPACK inflater; the tests' deflater)
   libcli11-dev nlohmann-json3-dev libsimdjson-dev libcpp-httplib-dev libyaml-cpp-dev
   libssl-dev                               # the metrics endpoint's TLS (OpenSSL); bcrypt comes with libc (libcrypt)
+  libcapstone-dev                          # x86-64 instruction decoder: the RET instructions of Go's crypto/tls
   libgtest-dev libgmock-dev libbenchmark-dev
   curl jq iproute2 python3 python3-yaml procps util-linux
   stress-ng                                # a bounded CPU hog in the sample server's cgroup (load PSI test)
@@ -17,6 +18,7 @@ packages=(
   nginx haproxy                            # real gateways for the issue-3 path tests (started by the tests)
   python3-jsonschema                       # NDJSON records checked against docs/schema.json
   nodejs                                   # the official npm clients of the integration tests (below)
+  golang-go caddy                          # Go crypto/tls tests: programs built in the test, Caddy as a Go TLS gateway
   g++-aarch64-linux-gnu                    # make cross-arm64 (its arm64 libraries: scripts/arm64_sysroot.sh)
 )
 

@@ -8,7 +8,8 @@
  *   - nested: the library's send/recv runs inside SSL_write/SSL_read on the
  *     same thread (OpenSSL on a socket BIO: nginx, HAProxy, curl, Python); the
  *     socket program finds the call in progress and leaves the socket, the
- *     time and the TCP sequence in it;
+ *     time and the TCP sequence in it (Go: the call of the goroutine the
+ *     thread runs now, helpers/go_tls.bpf.h);
  *   - remembered: a read served from the library's own buffer makes no
  *     syscall; the SSL*'s socket is known from earlier calls;
  *   - later: a memory-BIO library (Node.js) writes the ciphertext after
@@ -22,6 +23,7 @@
 #include "maps/maps.bpf.h"
 #include "helpers/counters.bpf.h"
 #include "helpers/sock.bpf.h"
+#include "helpers/go_tls.bpf.h"
 
 /* A thread's last TLS receive is the socket of its next SSL_read within this. */
 #define ITAP_TLS_RECV_RECENT_NS 1000000000ULL
@@ -101,6 +103,8 @@ static __always_inline void tls_socket_io(const struct itap_args *a, long ret, _
 		conn->snd_end = seq;
 	}
 	call = bpf_map_lookup_elem(&itap_tls_calls, &id);
+	if (!call)
+		call = go_tls_call_on_thread(id);  /* a Go program's, found by goroutine */
 	if (call) {
 		call->sk = skey;
 		call->cipher_ts = ts;

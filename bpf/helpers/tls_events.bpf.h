@@ -3,34 +3,45 @@
  * The plaintext events of a TLS library: a call parked at entry, and at its
  * return the data event (ITAP_F_TLS) with the bounded head/tail copy of the
  * plaintext, classified like a socket's first bytes. Any library probe set
- * (OpenSSL today) enters through tls_call_enter / tls_call_exit.
+ * (OpenSSL, and Go crypto/tls through tls_call_prepare and its own
+ * goroutine-keyed parking) enters through tls_call_enter / tls_call_exit.
  */
 #ifndef INFERTAP_TLS_EVENTS_BPF_H
 #define INFERTAP_TLS_EVENTS_BPF_H
 
 #include "helpers/emit.bpf.h"
 
-/* SSL_write/SSL_read entry: park the call (task filters first, then the SSL*'s verdict). */
-static __always_inline int tls_call_enter(__u64 ssl, __u64 buf, __u64 num, __u64 out_len, __u8 direction, __u16 lib)
+/* A library call's entry, worth parking? Task filters first, then the connection's verdict. */
+static __always_inline bool tls_call_prepare(struct itap_tls_call *c, __u64 ssl, __u64 buf, __u64 num, __u64 out_len,
+					     __u8 direction, __u16 lib)
 {
-	__u64 id = bpf_get_current_pid_tgid();
 	struct itap_tls_conn *tc;
-	struct itap_tls_call c = {};
 
-	if (!task_eligible(id >> 32))
-		return 0;
+	if (!task_eligible(bpf_get_current_pid_tgid() >> 32))
+		return false;
 	tc = bpf_map_lookup_elem(&itap_tls_conns, &ssl);
 	if (tc && tc->verdict == ITAP_VERDICT_MUTED) {
 		stat_inc(ITAP_STAT_TLS_LIBS_MUTED);
-		return 0;
+		return false;
 	}
-	c.ssl = ssl;
-	c.buf = buf;
-	c.num = num;
-	c.out_len = out_len;
-	c.enter_ns = bpf_ktime_get_ns();
-	c.direction = direction;
-	c.lib = lib;
+	c->ssl = ssl;
+	c->buf = buf;
+	c->num = num;
+	c->out_len = out_len;
+	c->enter_ns = bpf_ktime_get_ns();
+	c->direction = direction;
+	c->lib = lib;
+	return true;
+}
+
+/* SSL_write/SSL_read entry: park the call by thread. */
+static __always_inline int tls_call_enter(__u64 ssl, __u64 buf, __u64 num, __u64 out_len, __u8 direction, __u16 lib)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct itap_tls_call c = {};
+
+	if (!tls_call_prepare(&c, ssl, buf, num, out_len, direction, lib))
+		return 0;
 	if (bpf_map_update_elem(&itap_tls_calls, &id, &c, BPF_ANY))
 		drop_inc(ITAP_DROP_ARGS_MAP_FULL);
 	return 0;

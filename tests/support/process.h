@@ -146,6 +146,17 @@ inline bool wait_for_text(const std::string& path, const std::string& text, std:
   return true;
 }
 
+// Output of a shell command ("" when it cannot run).
+inline std::string command_output(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    pclose(p);
+  }
+  return out;
+}
+
 // A loopback TCP port that was free a moment ago.
 inline std::uint16_t free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

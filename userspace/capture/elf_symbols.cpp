@@ -20,6 +20,8 @@ struct Fd {
 };
 using ElfHandle = std::unique_ptr<Elf, decltype(&elf_end)>;
 
+}  // namespace
+
 // A symbol's virtual address as a file offset: through the loadable segment
 // that holds it (shared objects, PIE and fixed-address executables alike).
 std::uint64_t file_offset(Elf* elf, std::uint64_t vaddr) {
@@ -32,6 +34,8 @@ std::uint64_t file_offset(Elf* elf, std::uint64_t vaddr) {
   }
   return 0;
 }
+
+namespace {
 
 std::string_view plain_name(const char* name) {
   std::string_view n(name);

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+typedef struct Elf Elf;  // libelf's
+
 namespace infertap::capture {
 
 struct FunctionOffsets {
@@ -19,5 +21,9 @@ struct FunctionOffsets {
 // Reads .dynsym and .symtab (a stripped binary keeps its exported .dynsym).
 // A versioned name (dlopen@@GLIBC_2.34) matches its plain form.
 FunctionOffsets find_functions(const std::string& path, std::span<const std::string_view> names);
+
+// A virtual address of executable code as a file offset (0: in no executable
+// loadable segment).
+std::uint64_t file_offset(Elf* elf, std::uint64_t vaddr);
 
 }  // namespace infertap::capture

@@ -258,10 +258,12 @@ struct Capture::Impl {
   std::uint64_t consumed = 0;
   int ncpus = 1;
   std::unique_ptr<TlsLibraries> tls;  // when TLS is captured
+  std::unique_ptr<GoTls> go_tls;      // Go executables' crypto/tls, when TLS is captured
 
   ~Impl() {
     if (rb) ring_buffer__free(rb);
     tls.reset();
+    go_tls.reset();
     destroy_links();
     if (skel) infertap_bpf__destroy(skel);
   }
@@ -288,6 +290,7 @@ struct Capture::Impl {
     if (self->tls && size >= sizeof(itap_event)) {  // signals for the TLS library finder, not for the pipeline
       const auto* e = static_cast<const itap_event*>(data);
       if (e->kind == ITAP_EV_EXEC || e->kind == ITAP_EV_DLOPEN) {
+        if (e->kind == ITAP_EV_EXEC && self->go_tls) self->go_tls->on_exec(e->pid);
         if (e->kind == ITAP_EV_EXEC) self->tls->on_exec(e->pid, base::monotonic_ns());
         else self->tls->on_dlopen(e->pid, base::monotonic_ns());
         return 0;
@@ -493,7 +496,8 @@ void choose_tls(const CaptureConfig& config, ProgramChoice& choice, Notes& notes
     return;
   }
   choice.tls = true;
-  notes.push_back({"TLS: OpenSSL probes on each library file that defines SSL_write and SSL_read, once per file; "
+  notes.push_back({"TLS: OpenSSL probes on each library file that defines SSL_write and SSL_read, once per file, "
+                   "and Go crypto/tls probes (entry and RET instructions) on each Go executable; "
                    "raw tracepoint sched_process_exec and dlopen returns find new ones",
                    "TLS sockets' plaintext is only visible in their library"});
 }
@@ -540,7 +544,8 @@ void select_programs(infertap_bpf* skel, const ProgramChoice& choice) {
   skel->rodata->destroy_signal = choice.destroy;
   for (bpf_program* tls : {p.itap_ssl_write_enter, p.itap_ssl_write_ex_enter, p.itap_ssl_read_enter,
                            p.itap_ssl_read_ex_enter, p.itap_ssl_io_exit, p.itap_ssl_free, p.itap_dlopen_exit,
-                           p.itap_process_exec})
+                           p.itap_process_exec, p.itap_go_tls_write_enter, p.itap_go_tls_read_enter,
+                           p.itap_go_tls_return})
     load(tls, choice.tls);
   skel->rodata->tls_enabled = choice.tls;
   load(p.itap_unix_destroy, choice.unix_close);
@@ -602,6 +607,9 @@ void start_tls(Capture::Impl& impl) {
                              p.itap_dlopen_exit};
   impl.tls = std::make_unique<TlsLibraries>(programs, &impl.notes);
   impl.tls->scan_everything(base::monotonic_ns());
+  impl.go_tls = std::make_unique<GoTls>(
+      GoTlsPrograms{p.itap_go_tls_write_enter, p.itap_go_tls_read_enter, p.itap_go_tls_return}, &impl.notes);
+  impl.go_tls->scan_everything(base::monotonic_ns());
 }
 
 }  // namespace
@@ -679,6 +687,7 @@ int Capture::poll(int timeout_ms, const RecordHandler& handler) {
   int m = ring_buffer__consume(impl_->rb);
   impl_->handler = nullptr;
   if (impl_->tls) impl_->tls->tick(base::monotonic_ns());
+  if (impl_->go_tls) impl_->go_tls->tick(base::monotonic_ns());
   if (m < 0) return m == -EINTR ? total : m;
   return total + m;
 }
@@ -767,10 +776,12 @@ CaptureStats Capture::stats() const {
 #undef CAPTURE_READ_DROP
   s.records_consumed = impl_->consumed;
   if (impl_->tls) s.tls = impl_->tls->stats();
+  if (impl_->go_tls) s.go_tls = impl_->go_tls->stats();
   return s;
 }
 
 std::string_view Capture::tls_library(std::uint16_t id) const {
+  if (GoTls::is_go_id(id)) return impl_->go_tls ? impl_->go_tls->library_name(id) : std::string_view();
   return impl_->tls ? impl_->tls->library_name(id) : std::string_view();
 }
 

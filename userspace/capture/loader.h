@@ -13,6 +13,7 @@
 
 #include "base/counter.h"
 #include "capture/abi_check.h"
+#include "capture/go_tls.h"
 #include "capture/tls_libraries.h"
 
 namespace infertap::capture {
@@ -79,6 +80,7 @@ struct CaptureStats {
 #undef CAPTURE_DROP_FIELD
   std::uint64_t records_consumed = 0;  // ring buffer records userspace read
   TlsLibraryStats tls;                 // where TLS lives: files probed, failures, scans
+  GoTlsStats go_tls;                   // Go executables' crypto/tls probed, skipped, released
 
   // f(base::Counter) for each kernel counter, then records_consumed.
   template <class F>
@@ -89,6 +91,7 @@ struct CaptureStats {
     f(base::Counter{"records_consumed", "ring buffer records userspace read", base::CounterKind::total,
                     records_consumed});
     tls.for_each(f);
+    go_tls.for_each(f);
   }
   // f(base::Counter) for each drop reason (name = the reason, value = drops_<name>).
   template <class F>

@@ -1,0 +1,348 @@
+#include "capture/go_binary.h"
+
+#include <capstone/capstone.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "capture/elf_symbols.h"
+
+namespace infertap::capture {
+
+namespace {
+
+constexpr std::string_view kWriteName = "crypto/tls.(*Conn).Write";
+constexpr std::string_view kReadName = "crypto/tls.(*Conn).Read";
+constexpr int kFirstRegisterAbiMinor = 17;  // Go 1.17: arguments and results in registers on amd64 and arm64
+constexpr std::uint32_t kArm64Ret = 0xd65f03c0;  // ret (x30)
+
+// An ELF file opened read-only; libelf maps it.
+class ElfFile {
+ public:
+  explicit ElfFile(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_ < 0) {
+      error_ = std::string("cannot open: ") + std::strerror(errno);
+      return;
+    }
+    if (elf_version(EV_CURRENT) == EV_NONE) {
+      error_ = "libelf is unusable";
+      return;
+    }
+    elf_ = elf_begin(fd_, ELF_C_READ_MMAP, nullptr);
+    if (!elf_ || elf_kind(elf_) != ELF_K_ELF) error_ = "not an ELF file";
+  }
+  ~ElfFile() {
+    if (elf_) elf_end(elf_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ElfFile(const ElfFile&) = delete;
+  ElfFile& operator=(const ElfFile&) = delete;
+  Elf* get() const { return error_.empty() ? elf_ : nullptr; }
+  const std::string& error() const { return error_; }
+
+ private:
+  int fd_ = -1;
+  Elf* elf_ = nullptr;
+  std::string error_;
+};
+
+struct Section {
+  std::uint64_t addr = 0;
+  std::span<const std::uint8_t> bytes;  // empty: absent (or SHT_NOBITS)
+};
+
+Section section_bytes(Elf_Scn* scn, const GElf_Shdr& sh) {
+  Elf_Data* data = sh.sh_type == SHT_NOBITS ? nullptr : elf_rawdata(scn, nullptr);
+  if (!data || !data->d_buf) return {};
+  return {sh.sh_addr, {static_cast<const std::uint8_t*>(data->d_buf), data->d_size}};
+}
+
+Section find_section(Elf* elf, std::string_view name) {
+  std::size_t names = 0;
+  if (elf_getshdrstrndx(elf, &names) != 0) return {};
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh)) continue;
+    const char* n = elf_strptr(elf, names, sh.sh_name);
+    if (n && name == n) return section_bytes(scn, sh);
+  }
+  return {};
+}
+
+// `size` bytes at a virtual address, from the allocated section holding them.
+std::span<const std::uint8_t> bytes_at(Elf* elf, std::uint64_t vaddr, std::uint64_t size) {
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh) || !(sh.sh_flags & SHF_ALLOC) || vaddr < sh.sh_addr ||
+        vaddr - sh.sh_addr >= sh.sh_size)
+      continue;
+    const Section s = section_bytes(scn, sh);
+    const std::uint64_t at = vaddr - sh.sh_addr;
+    if (at > s.bytes.size() || s.bytes.size() - at < size) return {};
+    return s.bytes.subspan(at, size);
+  }
+  return {};
+}
+
+// Little-endian unsigned of `width` bytes at `at`; nullopt past the end.
+std::optional<std::uint64_t> read_le(std::span<const std::uint8_t> b, std::uint64_t at, unsigned width) {
+  if (width > 8 || at > b.size() || b.size() - at < width) return std::nullopt;
+  std::uint64_t v = 0;
+  for (unsigned i = 0; i < width; ++i) v |= static_cast<std::uint64_t>(b[at + i]) << (8 * i);
+  return v;
+}
+
+// .go.buildinfo: a 32-byte header, then (Go 1.18+, flag 2) the version as a
+// varint-prefixed string, or (Go 1.13-1.17) a pointer to a Go string header.
+std::string buildinfo_version(Elf* elf, std::span<const std::uint8_t> b) {
+  static constexpr char kMagic[] = "\xff Go buildinf:";
+  if (b.size() < 32 || std::memcmp(b.data(), kMagic, 14) != 0) return "";
+  const unsigned ptr = b[14];
+  const std::uint8_t flags = b[15];
+  if (flags & 1) return "";  // big-endian: no such target here
+  if (flags & 2) {
+    std::uint64_t len = 0;
+    std::size_t at = 32;
+    for (int shift = 0; at < b.size() && shift < 63; shift += 7) {
+      len |= static_cast<std::uint64_t>(b[at] & 0x7f) << shift;
+      if (!(b[at++] & 0x80)) break;
+    }
+    if (len > 64 || at > b.size() || b.size() - at < len) return "";
+    return std::string(reinterpret_cast<const char*>(b.data() + at), len);
+  }
+  if (ptr != 4 && ptr != 8) return "";
+  const auto header = read_le(b, 16, ptr);
+  if (!header) return "";
+  const std::span<const std::uint8_t> str = bytes_at(elf, *header, 2 * ptr);
+  const auto data = read_le(str, 0, ptr), len = read_le(str, ptr, ptr);
+  if (!data || !len || *len > 64) return "";
+  const std::span<const std::uint8_t> text = bytes_at(elf, *data, *len);
+  return std::string(reinterpret_cast<const char*>(text.data()), text.size());
+}
+
+using FunctionRange = GoFunctionRange;
+
+struct Wanted : GoTlsRanges {
+  bool complete() const { return write.vaddr && read.vaddr; }
+  void offer(std::string_view name, FunctionRange r) {
+    if (name == kWriteName && !write.vaddr) write = r;
+    if (name == kReadName && !read.vaddr) read = r;
+  }
+};
+
+void from_symtab(Elf* elf, Wanted& wanted) {
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_SYMTAB || sh.sh_entsize == 0) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (!data) continue;
+    for (std::size_t i = 0, n = sh.sh_size / sh.sh_entsize; i < n; ++i) {
+      GElf_Sym sym;
+      if (!gelf_getsym(data, static_cast<int>(i), &sym)) break;
+      if (GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF || !sym.st_size) continue;
+      if (const char* name = elf_strptr(elf, sh.sh_link, sym.st_name)) wanted.offer(name, {sym.st_value, sym.st_size});
+    }
+  }
+}
+
+// The function table's header fields, by format.
+struct PclnTable {
+  unsigned ptr = 8;
+  std::uint64_t nfunc = 0, text_start = 0, funcnames = 0, functab = 0;
+  bool relative = true;  // Go 1.18+: 32-bit entry offsets from text_start; else absolute pointers
+};
+
+std::optional<PclnTable> pcln_header(std::span<const std::uint8_t> t, std::uint64_t text_addr, std::string* why) {
+  const auto magic = read_le(t, 0, 4);
+  if (!magic || t.size() < 8) {
+    *why = ".gopclntab too short";
+    return std::nullopt;
+  }
+  PclnTable p;
+  p.ptr = t[7];
+  if (t[4] != 0 || t[5] != 0 || (p.ptr != 4 && p.ptr != 8)) {
+    *why = ".gopclntab header malformed";
+    return std::nullopt;
+  }
+  const auto field = [&](int i) { return read_le(t, 8 + i * p.ptr, p.ptr).value_or(0); };
+  p.nfunc = field(0);
+  if (*magic == 0xfffffff0 || *magic == 0xfffffff1) {
+    p.text_start = field(2) ? field(2) : text_addr;  // PIE: relocated at load, 0 in the file
+    p.funcnames = field(3);
+    p.functab = field(7);
+  } else if (*magic == 0xfffffffa) {
+    p.relative = false;
+    p.funcnames = field(2);
+    p.functab = field(6);
+  } else {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(*magic));
+    *why = std::string(".gopclntab format 0x") + hex + " not supported (Go 1.16+ formats are)";
+    return std::nullopt;
+  }
+  if (!p.nfunc || p.functab >= t.size() || p.funcnames >= t.size()) {
+    *why = ".gopclntab header out of bounds";
+    return std::nullopt;
+  }
+  return p;
+}
+
+// Walks the function table: each entry's start, its successor's start as its end, and its name.
+void from_pclntab(std::span<const std::uint8_t> t, const PclnTable& p, Wanted& wanted) {
+  const unsigned w = p.relative ? 4 : p.ptr;  // width of an entry field
+  const auto entry = [&](std::uint64_t i) -> std::optional<std::uint64_t> {
+    const auto v = read_le(t, p.functab + i * 2 * w, w);
+    if (!v) return std::nullopt;
+    return p.relative ? p.text_start + *v : *v;
+  };
+  for (std::uint64_t i = 0; i < p.nfunc && !wanted.complete(); ++i) {
+    const auto start = entry(i), end = entry(i + 1);
+    const auto funcoff = read_le(t, p.functab + i * 2 * w + w, w);
+    if (!start || !end || !funcoff || *end <= *start) return;
+    const auto nameoff = read_le(t, p.functab + *funcoff + w, 4);  // _func: entry, then int32 name offset
+    if (!nameoff) return;
+    const std::uint64_t at = p.funcnames + *nameoff;
+    if (at >= t.size()) continue;
+    const auto* name = reinterpret_cast<const char*>(t.data() + at);
+    wanted.offer(std::string_view(name, strnlen(name, t.size() - at)), {*start, *end - *start});
+  }
+}
+
+GoArch arch_of(Elf* elf) {
+  GElf_Ehdr eh;
+  if (!gelf_getehdr(elf, &eh)) return GoArch::unknown;
+  if (eh.e_machine == EM_X86_64) return GoArch::amd64;
+  if (eh.e_machine == EM_AARCH64) return GoArch::arm64;
+  return GoArch::unknown;
+}
+
+bool locate(Elf* elf, GoArch arch, const FunctionRange& r, GoFunction& f, std::string* why) {
+  f.entry = file_offset(elf, r.vaddr);
+  f.size = r.size;
+  const std::span<const std::uint8_t> code = bytes_at(elf, r.vaddr, r.size);
+  if (!f.entry || code.empty()) {
+    *why = "its code is outside the file's executable segments";
+    return false;
+  }
+  f.returns = find_returns(arch, code, f.entry, why);
+  if (!why->empty()) return false;
+  if (f.returns.empty()) *why = "no return instruction found";
+  return !f.returns.empty();
+}
+
+// The functions, from .symtab or the function table; "" or the problem.
+std::string find_tls_functions(Elf* elf, GoBinary& out) {
+  Wanted wanted;
+  from_symtab(elf, wanted);
+  out.symbols_from = "symtab";
+  if (!wanted.complete()) {
+    const Section pcln = find_section(elf, ".gopclntab");
+    if (pcln.bytes.empty()) return "no .symtab entries and no .gopclntab (stripped beyond repair)";
+    GoTlsRanges ranges;
+    const std::string why = tls_functions_in_pclntab(pcln.bytes, find_section(elf, ".text").addr, &ranges);
+    if (!why.empty()) return why;
+    wanted.write = ranges.write;
+    wanted.read = ranges.read;
+    out.symbols_from = "gopclntab";
+  }
+  if (!wanted.complete()) return "crypto/tls.(*Conn).Write/Read not in the binary (it does not use crypto/tls)";
+  std::string why;
+  if (!locate(elf, out.arch, wanted.write, out.write, &why)) return std::string(kWriteName) + ": " + why;
+  if (!locate(elf, out.arch, wanted.read, out.read, &why)) return std::string(kReadName) + ": " + why;
+  return "";
+}
+
+std::vector<std::uint64_t> x86_returns(std::span<const std::uint8_t> code, std::uint64_t start, std::string* error) {
+  std::vector<std::uint64_t> out;
+  csh handle;
+  if (cs_open(CS_ARCH_X86, CS_MODE_64, &handle) != CS_ERR_OK) {
+    *error = "capstone cannot decode x86-64";
+    return out;
+  }
+  cs_insn* insn = cs_malloc(handle);
+  const std::uint8_t* p = code.data();
+  std::size_t left = code.size();
+  std::uint64_t address = 0;
+  while (left > 0) {
+    if (!cs_disasm_iter(handle, &p, &left, &address, insn)) {
+      // alignment padding after the last instruction is not code
+      const bool padding = std::all_of(p, p + left, [](std::uint8_t b) { return b == 0xcc || b == 0x00; });
+      if (!padding) *error = "undecodable instruction at +" + std::to_string(address);
+      break;
+    }
+    if (insn->id == X86_INS_RET) out.push_back(start + insn->address);
+  }
+  cs_free(insn, 1);
+  cs_close(&handle);
+  return out;
+}
+
+}  // namespace
+
+std::string tls_functions_in_pclntab(std::span<const std::uint8_t> pclntab, std::uint64_t text_addr,
+                                     GoTlsRanges* out) {
+  std::string why;
+  const auto header = pcln_header(pclntab, text_addr, &why);
+  if (!header) return why;
+  Wanted wanted;
+  from_pclntab(pclntab, *header, wanted);
+  out->write = wanted.write;
+  out->read = wanted.read;
+  return "";
+}
+
+int go_minor_version(const std::string& version) {
+  const std::size_t at = version.find("go1.");
+  if (at == std::string::npos) return -1;
+  int minor = 0, digits = 0;
+  for (std::size_t i = at + 4; i < version.size() && version[i] >= '0' && version[i] <= '9' && digits < 4; ++i, ++digits)
+    minor = minor * 10 + (version[i] - '0');
+  return digits ? minor : -1;
+}
+
+std::vector<std::uint64_t> find_returns(GoArch arch, std::span<const std::uint8_t> code, std::uint64_t start_offset,
+                                        std::string* error) {
+  error->clear();
+  if (arch == GoArch::amd64) return x86_returns(code, start_offset, error);
+  std::vector<std::uint64_t> out;
+  if (arch != GoArch::arm64) {
+    *error = "unsupported architecture";
+    return out;
+  }
+  for (std::size_t i = 0; i + 4 <= code.size(); i += 4)
+    if (read_le(code, i, 4) == kArm64Ret) out.push_back(start_offset + i);
+  return out;
+}
+
+GoBinary inspect_go_binary(const std::string& path) {
+  GoBinary out;
+  ElfFile file(path);
+  Elf* elf = file.get();
+  if (!elf) return out;  // not ELF: not Go either
+  const Section buildinfo = find_section(elf, ".go.buildinfo");
+  out.is_go = !buildinfo.bytes.empty() || !find_section(elf, ".gopclntab").bytes.empty();
+  if (!out.is_go) return out;
+  out.version = buildinfo_version(elf, buildinfo.bytes);
+  out.arch = arch_of(elf);
+  const int minor = go_minor_version(out.version);
+  if (out.arch == GoArch::unknown) {
+    out.problem = "architecture not supported (x86-64 and arm64 are)";
+  } else if (minor < 0) {
+    out.problem = "Go version unknown (no readable .go.buildinfo)";
+  } else if (minor < kFirstRegisterAbiMinor) {
+    out.problem = "Go older than 1.17 passes arguments on the stack (the register ABI is needed)";
+  } else {
+    out.problem = find_tls_functions(elf, out);
+  }
+  return out;
+}
+
+}  // namespace infertap::capture

@@ -1,0 +1,183 @@
+#include "capture/go_tls.h"
+
+#include <bpf/libbpf.h>
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "capture/go_binary.h"
+#include "capture/loader.h"
+#include "capture/proc_maps.h"
+
+namespace infertap::capture {
+
+namespace {
+
+// A lost exec signal (a full ring buffer) is made up for by this rescan.
+constexpr std::uint64_t kFullRescanNs = 60'000'000'000ull;
+// How often the processes of probed executables are checked for exits.
+constexpr std::uint64_t kProcessCheckNs = 1'000'000'000ull;
+constexpr std::size_t kMaxGoBinaries = 1024;
+constexpr std::size_t kMaxPidsPerBinary = 256;  // beyond: the full rescan finds the others
+
+std::string exe_path(std::uint32_t pid) { return "/proc/" + std::to_string(pid) + "/exe"; }
+
+// The executable file a process runs (stat follows /proc/PID/exe to it).
+bool exe_key(std::uint32_t pid, std::uint64_t* dev, std::uint64_t* ino) {
+  struct stat st;
+  if (::stat(exe_path(pid).c_str(), &st) != 0) return false;
+  *dev = st.st_dev;
+  *ino = st.st_ino;
+  return true;
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+GoTls::GoTls(const GoTlsPrograms& programs, std::vector<LoadNote>* notes) : programs_(programs), notes_(notes) {}
+
+GoTls::~GoTls() {
+  for (auto& [key, binary] : binaries_) release(binary);
+}
+
+std::string_view GoTls::library_name(std::uint16_t id) const {
+  if (!is_go_id(id) || std::size_t(id - kFirstId) >= names_.size()) return "";
+  return names_[id - kFirstId];
+}
+
+void GoTls::note(std::string what, std::string why) {
+  if (notes_) notes_->push_back(LoadNote{std::move(what), std::move(why)});
+}
+
+void GoTls::scan_everything(std::uint64_t now_ns) {
+  if (DIR* proc = opendir("/proc")) {
+    while (dirent* entry = readdir(proc)) {
+      char* end = nullptr;
+      const unsigned long pid = std::strtoul(entry->d_name, &end, 10);
+      if (end != entry->d_name && *end == '\0') scan_process(static_cast<std::uint32_t>(pid));
+    }
+    closedir(proc);
+  }
+  next_full_scan_ns_ = now_ns + kFullRescanNs;
+}
+
+void GoTls::tick(std::uint64_t now_ns) {
+  if (now_ns >= next_process_check_ns_) {
+    next_process_check_ns_ = now_ns + kProcessCheckNs;
+    check_processes();
+  }
+  if (now_ns >= next_full_scan_ns_) scan_everything(now_ns);
+}
+
+// Kernel threads and processes gone have no readable executable: nothing to do.
+void GoTls::scan_process(std::uint32_t pid) {
+  FileKey key;
+  if (!exe_key(pid, &key.dev, &key.ino)) return;
+  ++stats_.go_tls_process_scans;
+  const bool inspected = binaries_.contains(key);
+  Binary& binary = binaries_[key];
+  if (!inspected) {
+    char target[4096];
+    const ssize_t n = ::readlink(exe_path(pid).c_str(), target, sizeof(target) - 1);
+    inspect(binary, exe_path(pid), n > 0 ? std::string(target, static_cast<std::size_t>(n)) : exe_path(pid));
+  } else if (binary.id && binary.links.empty()) {
+    std::string why;  // run again after its probes were released
+    const GoBinary go = inspect_go_binary(exe_path(pid));
+    if (go.problem.empty() && !attach_all(binary, exe_path(pid), go, &why)) ++stats_.go_tls_attach_failures;
+  }
+  if (binary.links.empty() || binary.pids.size() >= kMaxPidsPerBinary) return;
+  if (std::find(binary.pids.begin(), binary.pids.end(), pid) == binary.pids.end()) binary.pids.push_back(pid);
+}
+
+// `path` opens the file; `shown` is the executable's own path (for the notes).
+void GoTls::inspect(Binary& binary, const std::string& path, const std::string& shown) {
+  const GoBinary go = inspect_go_binary(path);
+  if (!go.is_go) return;
+  const std::string name(base_name(shown));
+  const std::string version = go.version.empty() ? "Go version unknown" : go.version;
+  if (!go.problem.empty()) {
+    ++stats_.go_tls_binaries_skipped;
+    note("Go TLS of " + shown + " (" + version + ") not probed: its TLS streams are not seen", go.problem);
+    return;
+  }
+  if (names_.size() >= kMaxGoBinaries) {
+    ++stats_.go_tls_attach_failures;
+    note("Go TLS of " + shown + " not probed", "already " + std::to_string(kMaxGoBinaries) + " Go executables probed");
+    return;
+  }
+  names_.push_back("go:" + name);
+  binary.id = static_cast<std::uint16_t>(kFirstId + names_.size() - 1);
+  std::string why;
+  if (!attach_all(binary, path, go, &why)) {
+    ++stats_.go_tls_attach_failures;
+    note("Go TLS of " + shown + " (" + version + ") not probed: its TLS streams are not seen", why);
+    return;
+  }
+  ++stats_.go_tls_binaries_attached;
+  note("probing Go TLS in " + name + " as " + names_.back(),
+       version + ", crypto/tls.(*Conn).Write/Read from " + go.symbols_from + ", " +
+           std::to_string(go.write.returns.size() + go.read.returns.size()) + " RET probes (" + shown + ")");
+}
+
+// Entry of Write and Read and each of their returns; all or none.
+bool GoTls::attach_all(Binary& binary, const std::string& path, const GoBinary& go, std::string* why) {
+  bool ok = attach(programs_.write_enter, path, go.write.entry, binary, why) &&
+            attach(programs_.read_enter, path, go.read.entry, binary, why);
+  for (const GoFunction* f : {&go.write, &go.read})
+    for (std::uint64_t ret : f->returns) ok = ok && attach(programs_.ret, path, ret, binary, why);
+  if (!ok) {
+    release(binary);
+    return false;
+  }
+  stats_.go_tls_return_probes += go.write.returns.size() + go.read.returns.size();
+  return true;
+}
+
+bool GoTls::attach(bpf_program* prog, const std::string& path, std::uint64_t offset, Binary& binary,
+                   std::string* why) {
+  LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = binary.id, .retprobe = false);
+  bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), static_cast<std::size_t>(offset), &opts);
+  if (!link) {
+    const int err = errno;
+    *why = std::string(bpf_program__name(prog)) + " at offset 0x" + hex(offset) + ": " + std::strerror(err);
+    return false;
+  }
+  binary.links.push_back(link);
+  return true;
+}
+
+// Processes that exited (or exec'd another program) leave; an executable no
+// process runs any more has its probes released (attached again if it runs).
+void GoTls::check_processes() {
+  for (auto& [key, binary] : binaries_) {
+    if (binary.links.empty()) continue;
+    const FileKey file = key;
+    const std::size_t before = binary.pids.size();
+    std::erase_if(binary.pids, [&](std::uint32_t pid) {
+      FileKey now;
+      return !exe_key(pid, &now.dev, &now.ino) || now != file;
+    });
+    stats_.go_tls_processes_exited += before - binary.pids.size();
+    if (before && binary.pids.empty()) {
+      release(binary);
+      ++stats_.go_tls_binaries_released;
+    }
+  }
+}
+
+void GoTls::release(Binary& binary) {
+  for (bpf_link* link : binary.links) bpf_link__destroy(link);
+  binary.links.clear();
+}
+
+}  // namespace infertap::capture
