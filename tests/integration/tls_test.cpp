@@ -28,6 +28,7 @@
 #include "support/percentile.h"
 #include "support/process.h"
 #include "support/sample_peers.h"
+#include "support/test_certificate.h"
 
 namespace infertap {
 namespace {
@@ -82,12 +83,8 @@ class TlsTest : public testing::LiveTest {
     LiveTest::SetUp();
     if (HasFatalFailure()) return;
     ASSERT_TRUE(std::filesystem::exists(kTlsPeer)) << "run from the repository root (" << kTlsPeer << ")";
-    ASSERT_FALSE(testing::find_system_binary("openssl").empty()) << "openssl not installed: run scripts/setup.sh";
     // An EC certificate for localhost and 127.0.0.1; the PEM with both for HAProxy.
-    const std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "
-                            "/CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " +
-                            path("key.pem") + " -out " + path("cert.pem") + " > " + path("openssl.log") + " 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl req failed:\n" << read_file(path("openssl.log"));
+    ASSERT_EQ(testing::make_localhost_certificate(path("key.pem"), path("cert.pem"), path("openssl.log")), "");
     std::ofstream(path("both.pem")) << read_file(path("cert.pem")) << read_file(path("key.pem"));
   }
 
@@ -128,16 +125,6 @@ class TlsTest : public testing::LiveTest {
   std::vector<json> stop_tls_server(const std::string& name) {
     if (peers_[name]) peers_[name]->stop(5s);
     return read_ndjson(path(name + ".ndjson"));
-  }
-
-  // Runs argv to completion; its exit status (-1: did not start or end).
-  int run(const std::vector<std::string>& argv, const std::string& log_name, std::chrono::milliseconds timeout = 60s) {
-    auto p = Process::spawn(argv, path(log_name));
-    EXPECT_TRUE(p) << "cannot spawn " << argv[0];
-    if (!p) return -1;
-    auto st = p->wait(timeout);
-    EXPECT_TRUE(st) << argv[0] << " timed out";
-    return st && WIFEXITED(*st) ? WEXITSTATUS(*st) : -1;
   }
 
   std::vector<std::string> tls_client(const std::string& name, std::uint16_t port, std::vector<std::string> extra) {
@@ -216,7 +203,7 @@ TEST_P(TlsGateway, TlsLegIsRecordedAndJoinedToThePlaintextUpstream) {
   ASSERT_TRUE(gw->ok()) << gw->error();
   const std::string gw_comm = gc.haproxy ? "haproxy" : "nginx";
   start_agent_on_ports({server.port(), gw->port()});
-  ASSERT_EQ(run(tls_client("client", gw->port(), {"--tokens", "60", "--requests", std::to_string(kStreams)}),
+  ASSERT_EQ(run_to_end(tls_client("client", gw->port(), {"--tokens", "60", "--requests", std::to_string(kStreams)}),
                 "client.out"),
             0)
       << read_file(path("client.out"));
@@ -294,7 +281,7 @@ TEST_F(TlsTest, CurlOverTlsIsAClientWithItsHandshakeTime) {
   ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "5"}), "");
   start_agent_on_ports({port_});
   for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(run({"/usr/bin/curl", "-sSN", "--cacert", cert(), "-o", "/dev/null", "-X", "POST",
+    ASSERT_EQ(run_to_end({"/usr/bin/curl", "-sSN", "--cacert", cert(), "-o", "/dev/null", "-X", "POST",
                    "https://localhost:" + std::to_string(port_) + "/v1/chat/completions", "--resolve",
                    "localhost:" + std::to_string(port_) + ":127.0.0.1", "-H", "Content-Type: application/json", "-d",
                    R"({"model":"curl-model","stream":true,"max_tokens":12})"},
@@ -333,7 +320,7 @@ TEST_F(TlsTest, EmitAndReadTimesMatchThePythonSslPeersClocks) {
   start_agent_on_ports({port_});
   const int client_cpu = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? 1 : 0;
   ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "5"}, 0), "");
-  ASSERT_EQ(run(on_cpu(client_cpu, tls_client("client", port_,
+  ASSERT_EQ(run_to_end(on_cpu(client_cpu, tls_client("client", port_,
                                               {"--tokens", std::to_string(kTokens), "--requests",
                                                std::to_string(kRequests)})),
                 "client.out"),
@@ -408,7 +395,7 @@ TEST_F(TlsTest, NodeOpenaiClientStreamIsRecorded) {
   constexpr int kTokens = 24, kRequests = 2;
   ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "10"}), "");
   start_agent_on_ports({port_});
-  ASSERT_EQ(run({"/usr/bin/env", "NODE_PATH=" + modules, "NODE_EXTRA_CA_CERTS=" + cert(), node,
+  ASSERT_EQ(run_to_end({"/usr/bin/env", "NODE_PATH=" + modules, "NODE_EXTRA_CA_CERTS=" + cert(), node,
                  kOpenaiScript, "https://127.0.0.1:" + std::to_string(port_) + "/v1", std::to_string(kTokens),
                  std::to_string(kRequests)},
                 "node.out"),
@@ -450,7 +437,7 @@ TEST_F(TlsTest, ServerPauseBehindTlsIsTheModels) {
   ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "10", "--pause-after", "10", "--pause-ms", "300"}),
             "");
   start_agent_on_ports({port_});
-  ASSERT_EQ(run(tls_client("client", port_, {"--tokens", "30", "--requests", "2"}), "client.out"), 0)
+  ASSERT_EQ(run_to_end(tls_client("client", port_, {"--tokens", "30", "--requests", "2"}), "client.out"), 0)
       << read_file(path("client.out"));
   stop_tls_server("server");
   const auto records = stop_agent_after_joins();
@@ -490,14 +477,14 @@ TEST_F(TlsTest, NonHttpTlsTrafficIsMutedAndYieldsNoRecord) {
                             path("s_server.out"));
   ASSERT_TRUE(srv);
   ASSERT_TRUE(testing::wait_for_text(path("s_server.out"), "ACCEPT", 10s)) << read_file(path("s_server.out"));
-  const int rc = run({"/bin/sh", "-c",
+  const int rc = run_to_end({"/bin/sh", "-c",
                       "(for i in 1 2 3 4 5 6 7 8; do printf '\\000\\000\\000\\010Q%04d\\001' $i; sleep 0.05; done; "
                       "sleep 1) | openssl s_client -quiet -no_ign_eof -connect 127.0.0.1:" + s + " > " + path("s_client.bytes")},
                      "s_client.out", 20s);
   EXPECT_EQ(rc, 0) << read_file(path("s_client.out"));
   srv->wait(5s);
   EXPECT_GT(std::filesystem::file_size(path("s_client.bytes")), 8u) << "the server's bytes reached the client";
-  ASSERT_EQ(run(tls_client("client", port_, {"--tokens", "6"}), "client.out"), 0) << read_file(path("client.out"));
+  ASSERT_EQ(run_to_end(tls_client("client", port_, {"--tokens", "6"}), "client.out"), 0) << read_file(path("client.out"));
   stop_tls_server("server");
   const auto records = stop_agent_after_joins();
   EXPECT_TRUE(on_port(records, binary_port).empty()) << "non-HTTP TLS gives no record: "
@@ -601,7 +588,7 @@ TEST_F(TlsTest, LibsslLoadedLateByDlopenIsPickedUp) {
   std::vector<std::string> argv =
       tls_client("client", port_, {"--tokens", "16", "--import-after-ms", "700", "--requests", "2", "--interval-ms", "300"});
   argv.insert(argv.begin(), {"/usr/bin/env", "LD_LIBRARY_PATH=" + path("lib")});
-  ASSERT_EQ(run(argv, "client.out"), 0) << read_file(path("client.out"));
+  ASSERT_EQ(run_to_end(argv, "client.out"), 0) << read_file(path("client.out"));
   stop_tls_server("server");
   const auto records = stop_agent_after_joins();
   auto clients = where(records, "role", "client");
