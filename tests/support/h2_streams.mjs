@@ -1,9 +1,11 @@
 // Many concurrent chat-completion streams on ONE HTTP/2 connection, with
 // Node's built-in http2 module (no npm package): the HTTP/2 integration tests'
 // multiplexing client. One NDJSON line per stream on stdout, at its end:
-//   {"index":0,"stream_id":1,"status":200,"events":18,"content_events":16,"bytes":4321}
+//   {"index":0,"stream_id":1,"status":200,"events":18,"content_events":16,"bytes":4321,
+//    "start_ns":..,"end_ns":..}
 // `events` counts SSE events ("data: [DONE]" included), `content_events` those
-// with a non-empty delta.content, `bytes` the DATA payload received.
+// with a non-empty delta.content, `bytes` the DATA payload received; start_ns /
+// end_ns: CLOCK_MONOTONIC (process.hrtime) at the request and at the stream's end.
 //
 //   node h2_streams.mjs URL STREAMS TOKENS [--ca FILE] [--pause-stream I --pause-after K --pause-ms MS]
 //
@@ -58,6 +60,7 @@ function runStream(session, opt, index) {
       ':method': 'POST', ':path': '/v1/chat/completions',
       'content-type': 'application/json', 'content-length': Buffer.byteLength(payload),
     });
+    const startNs = process.hrtime.bigint();
     const state = { index, stream_id: 0, status: 0, events: 0, content_events: 0, bytes: 0, pending: '', contentEvents: 0 };
     req.on('ready', () => { state.stream_id = req.id; });
     req.on('response', (headers) => { state.status = headers[':status']; });
@@ -65,7 +68,8 @@ function runStream(session, opt, index) {
     req.on('data', (chunk) => { state.bytes += Buffer.byteLength(chunk); countEvents(state, chunk); });
     req.on('end', () => {
       resolve({ index, stream_id: state.stream_id || req.id, status: state.status, events: state.events,
-                content_events: state.contentEvents, bytes: state.bytes });
+                content_events: state.contentEvents, bytes: state.bytes,
+                start_ns: Number(startNs), end_ns: Number(process.hrtime.bigint()) });
     });
     req.on('error', reject);
     req.end(payload);
