@@ -121,6 +121,15 @@ class Http2Test : public testing::LiveTest {
     return read_file(path("curl.out"));
   }
 
+  // tshark_h2.py on a capture of the h2 server on `port` (with the TLS key
+  // log when given): its JSON, ASSERTed free of errors by the caller.
+  json dissect_capture(const std::string& pcap, std::uint16_t port, const std::string& keylog = "") {
+    std::vector<std::string> argv = {kPython, kTsharkHelper, "--pcap", pcap, "--port", std::to_string(port)};
+    if (!keylog.empty()) argv.insert(argv.end(), {"--keylog", keylog});
+    EXPECT_EQ(run_to_end(argv, "tshark_h2.json"), 0) << read_file(path("tshark_h2.json"));
+    return json::parse(read_file(path("tshark_h2.json")), nullptr, false);
+  }
+
   // Node's http2 client: `streams` concurrent streams on one connection; its
   // per-stream lines by stream index.
   std::vector<json> run_node_streams(const std::string& url, int streams, int tokens, std::vector<std::string> extra,
@@ -346,10 +355,13 @@ std::map<std::pair<int, int>, json> tshark_streams(const json& dissected) {
   return out;
 }
 
-// The agent's record of one stream agrees with tshark's dissection of it.
-void expect_matches_tshark(const json& r, const json& t) {
+// The agent's record of one stream agrees with tshark's dissection of it:
+// frames and bytes, and (not over TLS, where frames sit inside records) where
+// each frame ends in the TCP sequence space.
+void expect_matches_tshark(const json& r, const json& t, bool with_sequences) {
   EXPECT_EQ(r.value("h2_data_frames", -1), t["data_frames"].get<int>()) << "DATA frames: " << brief(r);
   EXPECT_EQ(r.value("body_bytes", -1), t["data_bytes"].get<int>()) << "DATA payload bytes: " << brief(r);
+  if (!with_sequences) return;
   std::set<std::int64_t> event_ends;
   for (const auto& e : r["timeline"]) event_ends.insert(e.value("end_seq", std::int64_t(-1)) & 0xFFFFFFFF);
   ASSERT_FALSE(event_ends.empty()) << "no timeline: " << brief(r);
@@ -392,11 +404,7 @@ TEST_F(Http2Test, H2cPriorKnowledgeFramesAndSequencesAreTsharks) {
   run_node_streams(url, kNodeStreams, kTokens, {});
   capture.stop();
   const auto records = stop_agent_after_joins();
-  ASSERT_EQ(run_to_end({kPython, kTsharkHelper, "--pcap", path("h2c.pcap"), "--port", std::to_string(gw.port())},
-                "tshark_h2.json"),
-            0)
-      << read_file(path("tshark_h2.json"));
-  const json dissected = json::parse(read_file(path("tshark_h2.json")), nullptr, false);
+  const json dissected = dissect_capture(path("h2c.pcap"), gw.port());
   ASSERT_TRUE(dissected.is_object()) << read_file(path("tshark_h2.json"));
   ASSERT_TRUE(dissected["errors"].empty()) << dissected["errors"].dump();
   const auto oracle = tshark_streams(dissected);
@@ -414,11 +422,60 @@ TEST_F(Http2Test, H2cPriorKnowledgeFramesAndSequencesAreTsharks) {
       const int client_port = endpoint_port(has_role(r, "client") ? r["local"] : r["remote"]);
       auto it = oracle.find({client_port, h2_stream(r)});
       ASSERT_NE(it, oracle.end()) << "tshark has no such stream: " << brief(r);
-      expect_matches_tshark(r, it->second);
+      expect_matches_tshark(r, it->second, true);
     }
   }
   std::printf("  tshark oracle: %zu HTTP/2 streams on %zu connections, frames/bytes/end_seq equal on both ends\n",
               oracle.size(), dissected["connections"].size());
+}
+
+TEST_F(Http2Test, H2OverTlsFrameCountsAreTsharksWithCurlsKeys) {
+  // curl writes its TLS secrets (SSLKEYLOGFILE); tshark decrypts the capture
+  // with them. Frames and bytes per stream are compared; sequences are not
+  // (the frames are inside TLS records).
+  constexpr int kRequests = 2;
+  make_certificate();
+  if (HasFatalFailure()) return;
+  testing::SampleServer server(path("server"), {"--ttft-ms", "20", "--itl-ms", "5"});
+  ASSERT_TRUE(server.ok()) << server.error();
+  testing::NginxOptions opt;
+  opt.tls_cert = path("cert.pem");
+  opt.tls_key = path("key.pem");
+  opt.http2 = true;
+  testing::Nginx gw(testing::NginxMode::streaming, server.port(), path("nginx"), opt);
+  ASSERT_TRUE(gw.ok()) << gw.error();
+  start_agent_on_ports({server.port(), gw.port()});
+  LoopbackCapture capture(path("h2.pcap"), gw.port(), path("tshark.out"));
+  ASSERT_TRUE(capture.ok()) << capture.error();
+  const std::string port = std::to_string(gw.port());
+  for (int i = 0; i < kRequests; ++i)
+    ASSERT_EQ(run_to_end({"/usr/bin/env", "SSLKEYLOGFILE=" + path("keys.log"), "/usr/bin/curl", "-sSN", "--http2",
+                          "--cacert", path("cert.pem"), "--resolve", "localhost:" + port + ":127.0.0.1", "-o",
+                          path("curl.body"), "https://localhost:" + port + "/v1/chat/completions", "-H",
+                          "Content-Type: application/json", "-d",
+                          R"({"model":"curl-h2-tls","stream":true,"max_tokens":)" + std::to_string(10 + 7 * i) + "}"},
+                         "curl.out"),
+              0)
+        << read_file(path("curl.out"));
+  capture.stop();
+  const auto records = stop_agent_after_joins();
+  const json dissected = dissect_capture(path("h2.pcap"), gw.port(), path("keys.log"));
+  ASSERT_TRUE(dissected.is_object()) << read_file(path("tshark_h2.json"));
+  ASSERT_TRUE(dissected["errors"].empty()) << dissected["errors"].dump();
+  const auto oracle = tshark_streams(dissected);
+  ASSERT_EQ(oracle.size(), std::size_t(kRequests)) << dissected.dump();
+  const auto clients = select(records, [](const json& r) { return has_role(r, "client"); });
+  const auto down = select(records, [](const json& r) { return is_leg(r, "downstream"); });
+  ASSERT_EQ(clients.size(), oracle.size()) << read_file(path("agent.log"));
+  ASSERT_EQ(down.size(), oracle.size());
+  for (const auto* set : {&clients, &down}) {
+    for (const auto& r : *set) {
+      EXPECT_TRUE(r.value("tls", false)) << brief(r);
+      auto it = oracle.find({endpoint_port(has_role(r, "client") ? r["local"] : r["remote"]), h2_stream(r)});
+      ASSERT_NE(it, oracle.end()) << "tshark has no such stream: " << brief(r);
+      expect_matches_tshark(r, it->second, false);
+    }
+  }
 }
 
 // `requests` curl streams, one per connection, each HTTP/2 stream 1 (the
