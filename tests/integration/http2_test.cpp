@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -93,8 +94,19 @@ class Http2Test : public testing::LiveTest {
     LiveTest::TearDown();
   }
 
-  void make_certificate() {
-    ASSERT_EQ(testing::make_localhost_certificate(path("key.pem"), path("cert.pem"), path("openssl.log")), "");
+  // nginx `listen ... http2` in front of the upstream port: h2 by ALPN with
+  // TLS (a certificate for localhost made now, in cert.pem), else h2c.
+  std::unique_ptr<testing::Nginx> nginx_h2(testing::NginxMode mode, std::uint16_t upstream, bool tls) {
+    testing::NginxOptions opt;
+    opt.http2 = true;
+    if (tls) {
+      EXPECT_EQ(testing::make_localhost_certificate(path("key.pem"), path("cert.pem"), path("openssl.log")), "");
+      opt.tls_cert = path("cert.pem");
+      opt.tls_key = path("key.pem");
+    }
+    auto gw = std::make_unique<testing::Nginx>(mode, upstream, path("nginx"), opt);
+    EXPECT_TRUE(gw->ok()) << gw->error();
+    return gw;
   }
 
   // A helper process kept until stop_helper() or the end of the test.
@@ -176,21 +188,15 @@ TEST_P(NginxH2, EachStreamOfOneConnectionIsARecordJoinedToItsUpstream) {
   const testing::NginxMode mode = GetParam().mode;
   const bool buffers = testing::buffers_events(mode);
   constexpr int kNodeStreams = 8, kTokens = 40;
-  make_certificate();
-  if (HasFatalFailure()) return;
   testing::SampleServer server(path("server"), {"--ttft-ms", "50", "--itl-ms", "10"});
   ASSERT_TRUE(server.ok()) << server.error();
-  testing::NginxOptions opt;
-  opt.tls_cert = path("cert.pem");
-  opt.tls_key = path("key.pem");
-  opt.http2 = true;
-  testing::Nginx gw(mode, server.port(), path("nginx"), opt);
-  ASSERT_TRUE(gw.ok()) << gw.error();
-  start_agent_on_ports({server.port(), gw.port()});
-  const std::string url = "https://localhost:" + std::to_string(gw.port());
+  const auto gw = nginx_h2(mode, server.port(), true);
+  ASSERT_TRUE(gw->ok());
+  start_agent_on_ports({server.port(), gw->port()});
+  const std::string url = "https://localhost:" + std::to_string(gw->port());
   const auto node = run_node_streams(url, kNodeStreams, kTokens, {"--ca", path("cert.pem")});
   ASSERT_EQ(run_to_end({"/usr/bin/curl", "-sSN", "--http2", "--cacert", path("cert.pem"), "--resolve",
-                 "localhost:" + std::to_string(gw.port()) + ":127.0.0.1", "-o", path("curl.body"),
+                 "localhost:" + std::to_string(gw->port()) + ":127.0.0.1", "-o", path("curl.body"),
                  url + "/v1/chat/completions", "-H", "Content-Type: application/json", "-d",
                  R"({"model":"curl-h2","stream":true,"max_tokens":40})"},
                 "curl.out"),
@@ -241,7 +247,7 @@ TEST_P(NginxH2, EachStreamOfOneConnectionIsARecordJoinedToItsUpstream) {
     EXPECT_EQ(r["http_version"], "2") << brief(r);
     EXPECT_TRUE(r.value("tls", false)) << brief(r);
     EXPECT_GT(h2_stream(r), 0) << brief(r);
-    EXPECT_EQ(endpoint_port(r["local"]), gw.port()) << brief(r);
+    EXPECT_EQ(endpoint_port(r["local"]), gw->port()) << brief(r);
     EXPECT_EQ(up_ids.count(r["gateway"].value("peer_stream_id", "")), 1u) << "joined to an upstream leg: " << brief(r);
     EXPECT_GE(r["gateway"].value("events_matched", 0), 10) << brief(r);
   }
@@ -269,18 +275,12 @@ INSTANTIATE_TEST_SUITE_P(Modes, NginxH2,
 
 TEST_F(Http2Test, StallInjectedUpstreamIsOnItsHttp2StreamAndNoOther) {
   constexpr int kStreams = 6, kTokens = 30, kStalled = 2;
-  make_certificate();
-  if (HasFatalFailure()) return;
   testing::SampleServer server(path("server"), {"--ttft-ms", "30", "--itl-ms", "10"});
   ASSERT_TRUE(server.ok()) << server.error();
-  testing::NginxOptions opt;
-  opt.tls_cert = path("cert.pem");
-  opt.tls_key = path("key.pem");
-  opt.http2 = true;
-  testing::Nginx gw(testing::NginxMode::streaming, server.port(), path("nginx"), opt);
-  ASSERT_TRUE(gw.ok()) << gw.error();
-  start_agent_on_ports({server.port(), gw.port()});
-  const auto node = run_node_streams("https://localhost:" + std::to_string(gw.port()), kStreams, kTokens,
+  const auto gw = nginx_h2(testing::NginxMode::streaming, server.port(), true);
+  ASSERT_TRUE(gw->ok());
+  start_agent_on_ports({server.port(), gw->port()});
+  const auto node = run_node_streams("https://localhost:" + std::to_string(gw->port()), kStreams, kTokens,
                                      {"--ca", path("cert.pem"), "--pause-stream", std::to_string(kStalled),
                                       "--pause-after", "12", "--pause-ms", "300"});
   ASSERT_EQ(node.size(), std::size_t(kStreams));
@@ -381,19 +381,43 @@ void expect_matches_tshark(const json& r, const json& t, bool with_sequences) {
                                              << "\ntshark: " << t.dump();
 }
 
+// Every HTTP/2 stream tshark found is recorded at both ends, the client and
+// nginx's downstream leg, and each record agrees with tshark (sequences too
+// unless over TLS). content_events < 0: not checked.
+void expect_both_ends_match_tshark(const std::vector<json>& records, const json& dissected, int streams, bool tls,
+                                   int content_events) {
+  ASSERT_TRUE(dissected.is_object()) << "tshark_h2.py gave no JSON";
+  ASSERT_TRUE(dissected["errors"].empty()) << dissected["errors"].dump();
+  const auto oracle = tshark_streams(dissected);
+  ASSERT_EQ(oracle.size(), std::size_t(streams)) << "tshark saw every stream: " << dissected.dump();
+  const auto clients = select(records, [](const json& r) { return has_role(r, "client"); });
+  const auto down = select(records, [](const json& r) { return is_leg(r, "downstream"); });
+  ASSERT_EQ(clients.size(), oracle.size()) << "one client record per HTTP/2 stream";
+  ASSERT_EQ(down.size(), oracle.size()) << "one nginx downstream leg per HTTP/2 stream";
+  for (const auto* set : {&clients, &down}) {
+    for (const auto& r : *set) {
+      EXPECT_EQ(r["http_version"], "2") << brief(r);
+      EXPECT_EQ(r.value("tls", !tls), tls) << brief(r);
+      if (content_events >= 0) EXPECT_EQ(r.value("content_events", -1), content_events) << brief(r);
+      const int client_port = endpoint_port(has_role(r, "client") ? r["local"] : r["remote"]);
+      auto it = oracle.find({client_port, h2_stream(r)});
+      ASSERT_NE(it, oracle.end()) << "tshark has no such stream: " << brief(r);
+      expect_matches_tshark(r, it->second, !tls);
+    }
+  }
+}
+
 TEST_F(Http2Test, H2cPriorKnowledgeFramesAndSequencesAreTsharks) {
   constexpr int kNodeStreams = 6, kTokens = 25;
   ASSERT_TRUE(std::filesystem::exists(kTsharkHelper));
   testing::SampleServer server(path("server"), {"--ttft-ms", "20", "--itl-ms", "5"});
   ASSERT_TRUE(server.ok()) << server.error();
-  testing::NginxOptions opt;
-  opt.http2 = true;  // no TLS: h2c, prior knowledge
-  testing::Nginx gw(testing::NginxMode::streaming, server.port(), path("nginx"), opt);
-  ASSERT_TRUE(gw.ok()) << gw.error();
-  start_agent_on_ports({server.port(), gw.port()});
-  LoopbackCapture capture(path("h2c.pcap"), gw.port(), path("tshark.out"));
+  const auto gw = nginx_h2(testing::NginxMode::streaming, server.port(), false);  // h2c, prior knowledge
+  ASSERT_TRUE(gw->ok());
+  start_agent_on_ports({server.port(), gw->port()});
+  LoopbackCapture capture(path("h2c.pcap"), gw->port(), path("tshark.out"));
   ASSERT_TRUE(capture.ok()) << capture.error();
-  const std::string url = "http://127.0.0.1:" + std::to_string(gw.port());
+  const std::string url = "http://127.0.0.1:" + std::to_string(gw->port());
   for (int i = 0; i < 2; ++i)
     ASSERT_EQ(run_to_end({"/usr/bin/curl", "-sSN", "--http2-prior-knowledge", "-o", path("curl.body"),
                    url + "/v1/chat/completions", "-H", "Content-Type: application/json", "-d",
@@ -404,29 +428,11 @@ TEST_F(Http2Test, H2cPriorKnowledgeFramesAndSequencesAreTsharks) {
   run_node_streams(url, kNodeStreams, kTokens, {});
   capture.stop();
   const auto records = stop_agent_after_joins();
-  const json dissected = dissect_capture(path("h2c.pcap"), gw.port());
-  ASSERT_TRUE(dissected.is_object()) << read_file(path("tshark_h2.json"));
-  ASSERT_TRUE(dissected["errors"].empty()) << dissected["errors"].dump();
-  const auto oracle = tshark_streams(dissected);
-  ASSERT_EQ(oracle.size(), std::size_t(2 + kNodeStreams)) << "tshark saw every stream: " << dissected.dump();
-
-  const auto clients = select(records, [](const json& r) { return has_role(r, "client"); });
-  const auto down = select(records, [](const json& r) { return is_leg(r, "downstream"); });
-  ASSERT_EQ(clients.size(), oracle.size()) << read_file(path("agent.log"));
-  ASSERT_EQ(down.size(), oracle.size());
-  for (const auto* set : {&clients, &down}) {
-    for (const auto& r : *set) {
-      EXPECT_EQ(r["http_version"], "2") << brief(r);
-      EXPECT_FALSE(r.value("tls", true)) << brief(r);
-      EXPECT_EQ(r.value("content_events", -1), kTokens) << brief(r);
-      const int client_port = endpoint_port(has_role(r, "client") ? r["local"] : r["remote"]);
-      auto it = oracle.find({client_port, h2_stream(r)});
-      ASSERT_NE(it, oracle.end()) << "tshark has no such stream: " << brief(r);
-      expect_matches_tshark(r, it->second, true);
-    }
-  }
+  const json dissected = dissect_capture(path("h2c.pcap"), gw->port());
+  expect_both_ends_match_tshark(records, dissected, 2 + kNodeStreams, false, kTokens);
+  if (HasFatalFailure()) return;
   std::printf("  tshark oracle: %zu HTTP/2 streams on %zu connections, frames/bytes/end_seq equal on both ends\n",
-              oracle.size(), dissected["connections"].size());
+              tshark_streams(dissected).size(), dissected["connections"].size());
 }
 
 TEST_F(Http2Test, H2OverTlsFrameCountsAreTsharksWithCurlsKeys) {
@@ -434,20 +440,14 @@ TEST_F(Http2Test, H2OverTlsFrameCountsAreTsharksWithCurlsKeys) {
   // with them. Frames and bytes per stream are compared; sequences are not
   // (the frames are inside TLS records).
   constexpr int kRequests = 2;
-  make_certificate();
-  if (HasFatalFailure()) return;
   testing::SampleServer server(path("server"), {"--ttft-ms", "20", "--itl-ms", "5"});
   ASSERT_TRUE(server.ok()) << server.error();
-  testing::NginxOptions opt;
-  opt.tls_cert = path("cert.pem");
-  opt.tls_key = path("key.pem");
-  opt.http2 = true;
-  testing::Nginx gw(testing::NginxMode::streaming, server.port(), path("nginx"), opt);
-  ASSERT_TRUE(gw.ok()) << gw.error();
-  start_agent_on_ports({server.port(), gw.port()});
-  LoopbackCapture capture(path("h2.pcap"), gw.port(), path("tshark.out"));
+  const auto gw = nginx_h2(testing::NginxMode::streaming, server.port(), true);
+  ASSERT_TRUE(gw->ok());
+  start_agent_on_ports({server.port(), gw->port()});
+  LoopbackCapture capture(path("h2.pcap"), gw->port(), path("tshark.out"));
   ASSERT_TRUE(capture.ok()) << capture.error();
-  const std::string port = std::to_string(gw.port());
+  const std::string port = std::to_string(gw->port());
   for (int i = 0; i < kRequests; ++i)
     ASSERT_EQ(run_to_end({"/usr/bin/env", "SSLKEYLOGFILE=" + path("keys.log"), "/usr/bin/curl", "-sSN", "--http2",
                           "--cacert", path("cert.pem"), "--resolve", "localhost:" + port + ":127.0.0.1", "-o",
@@ -459,23 +459,8 @@ TEST_F(Http2Test, H2OverTlsFrameCountsAreTsharksWithCurlsKeys) {
         << read_file(path("curl.out"));
   capture.stop();
   const auto records = stop_agent_after_joins();
-  const json dissected = dissect_capture(path("h2.pcap"), gw.port(), path("keys.log"));
-  ASSERT_TRUE(dissected.is_object()) << read_file(path("tshark_h2.json"));
-  ASSERT_TRUE(dissected["errors"].empty()) << dissected["errors"].dump();
-  const auto oracle = tshark_streams(dissected);
-  ASSERT_EQ(oracle.size(), std::size_t(kRequests)) << dissected.dump();
-  const auto clients = select(records, [](const json& r) { return has_role(r, "client"); });
-  const auto down = select(records, [](const json& r) { return is_leg(r, "downstream"); });
-  ASSERT_EQ(clients.size(), oracle.size()) << read_file(path("agent.log"));
-  ASSERT_EQ(down.size(), oracle.size());
-  for (const auto* set : {&clients, &down}) {
-    for (const auto& r : *set) {
-      EXPECT_TRUE(r.value("tls", false)) << brief(r);
-      auto it = oracle.find({endpoint_port(has_role(r, "client") ? r["local"] : r["remote"]), h2_stream(r)});
-      ASSERT_NE(it, oracle.end()) << "tshark has no such stream: " << brief(r);
-      expect_matches_tshark(r, it->second, false);
-    }
-  }
+  const json dissected = dissect_capture(path("h2.pcap"), gw->port(), path("keys.log"));
+  expect_both_ends_match_tshark(records, dissected, kRequests, true, -1);
 }
 
 // `requests` curl streams, one per connection, each HTTP/2 stream 1 (the
@@ -608,12 +593,10 @@ TEST_F(Http2Test, StreamWindowHeldAtZeroIsBackpressureOnThatStreamOnly) {
   constexpr double kHoldMs = 1500;
   testing::SampleServer server(path("server"), {"--ttft-ms", "20", "--itl-ms", "10"});
   ASSERT_TRUE(server.ok()) << server.error();
-  testing::NginxOptions opt;
-  opt.http2 = true;
-  testing::Nginx gw(testing::NginxMode::streaming, server.port(), path("nginx"), opt);
-  ASSERT_TRUE(gw.ok()) << gw.error();
-  start_agent_on_ports({server.port(), gw.port()});
-  ASSERT_EQ(run_to_end({kPython, kStuckReader, "--port", std::to_string(gw.port()), "--tokens", std::to_string(kTokens),
+  const auto gw = nginx_h2(testing::NginxMode::streaming, server.port(), false);  // h2c, prior knowledge
+  ASSERT_TRUE(gw->ok());
+  start_agent_on_ports({server.port(), gw->port()});
+  ASSERT_EQ(run_to_end({kPython, kStuckReader, "--port", std::to_string(gw->port()), "--tokens", std::to_string(kTokens),
                  "--window", "1024", "--hold-ms", std::to_string(int(kHoldMs))},
                 "stuck.out"),
             0)
@@ -622,7 +605,7 @@ TEST_F(Http2Test, StreamWindowHeldAtZeroIsBackpressureOnThatStreamOnly) {
   ASSERT_TRUE(out.is_object()) << read_file(path("stuck.out"));
   EXPECT_EQ(out["streams"]["1"]["events"], out["streams"]["3"]["events"]) << "both read to the end: " << out;
   const auto records = stop_agent_after_joins();  // a clean exit: no crash on the held window
-  ASSERT_TRUE(gw.running()) << "nginx survived the client";
+  ASSERT_TRUE(gw->running()) << "nginx survived the client";
   const auto down = select(records, [&](const json& r) {
     return is_leg(r, "downstream") && endpoint_port(r["remote"]) == out["local_port"].get<int>();
   });
