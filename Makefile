@@ -15,7 +15,7 @@ VMLINUX   := vmlinux/$(ARCH)/vmlinux.h
 CXXFLAGS  ?= -O2 -g
 CXXFLAGS  += -std=c++20 -Wall -Wextra -Wno-missing-field-initializers -pthread
 CPPFLAGS  += -Iinclude -Iuserspace -Itests -I$(OUT)
-LDLIBS    += -lbpf -lelf -lz -lbrotlidec -lzstd -lsimdjson -lcpp-httplib -lyaml-cpp -lssl -lcrypto -lcrypt -pthread
+LDLIBS    += -lbpf -lelf -lz -lbrotlidec -lzstd -lsimdjson -lcpp-httplib -lyaml-cpp -lssl -lcrypto -lcrypt -lnghttp2 -pthread
 # Libraries and headers of another arch, unpacked (scripts/arm64_sysroot.sh).
 SYSROOT   ?=
 TRIPLET   ?= aarch64-linux-gnu
@@ -139,7 +139,7 @@ $(OUT)/fuzz/obj/%.o: %.cpp $(SKELS)
 	$(CLANG)++ $(FUZZ_COMMON) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
 
 $(OUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.cpp $(FUZZ_LIB_OBJS) $(SKELS) | $(OUT)/fuzz
-	$(CLANG)++ $(FUZZ_FLAGS) -MMD -MP -MF $(OUT)/fuzz/obj/fuzz_$*.d $< $(FUZZ_LIB_OBJS) -o $@ -lsimdjson -lz -lbrotlidec -lzstd -lelf
+	$(CLANG)++ $(FUZZ_FLAGS) -MMD -MP -MF $(OUT)/fuzz/obj/fuzz_$*.d $< $(FUZZ_LIB_OBJS) -o $@ -lsimdjson -lz -lbrotlidec -lzstd -lelf -lnghttp2
 
 fuzz: $(FUZZ_BINS)
 

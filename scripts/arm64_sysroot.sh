@@ -15,6 +15,7 @@ packages=(
   libssl3 libssl-dev libbrotli1 libbrotli-dev                # includes theirs, its library needs theirs
   libzstd1 libzstd-dev                                       # compressed bodies (with zlib and brotli)
   libcrypt1 libcrypt-dev                                     # the metrics endpoint's basic-auth hashes
+  libnghttp2-14 libnghttp2-dev                               # HTTP/2 header blocks (HPACK)
   libcli11-dev nlohmann-json3-dev                            # header-only
 )
 # The stamp names the packages: a changed list unpacks afresh.

@@ -7,6 +7,7 @@ packages=(
   make g++ clang llvm libclang-rt-14-dev   # userspace, BPF objects, libFuzzer + sanitizers
   bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config
   libbrotli-dev libzstd-dev                # compressed response bodies (gzip: zlib1g-dev)
+  libnghttp2-dev                           # HTTP/2 header blocks (HPACK inflater; the tests' deflater)
   libcli11-dev nlohmann-json3-dev libsimdjson-dev libcpp-httplib-dev libyaml-cpp-dev
   libssl-dev                               # the metrics endpoint's TLS (OpenSSL); bcrypt comes with libc (libcrypt)
   libgtest-dev libgmock-dev libbenchmark-dev

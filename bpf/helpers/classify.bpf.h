@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * The first-bytes classifier: is the first data seen on a socket HTTP/1.x or
- * an SSE stream (possibly joined mid-way)? Reads only the first
+ * The first-bytes classifier: is the first data seen on a socket HTTP/1.x, an
+ * SSE stream (possibly joined mid-way), or HTTP/2 from its start (h2c: the
+ * client preface, or a server's first SETTINGS frame)? Reads only the first
  * ITAP_CLASSIFY_BYTES bytes, held little-endian in two u64 (no indexed memory
  * access for the verifier to bound).
  */
@@ -36,6 +37,19 @@ static __always_inline bool is_hex(__u8 c)
 }
 
 /*
+ * A server's first HTTP/2 frame: SETTINGS (type 4), flags 0, stream 0, a
+ * length that is a multiple of 6 up to 96 (16 settings). Conservative: a
+ * connection joined mid-way at any other frame is not recognised here.
+ */
+static __always_inline bool is_h2_server_settings(__u64 v, __u64 v2, __u32 n)
+{
+	__u8 len = (__u8)(v >> 16);
+
+	return n >= 9 && (v & 0xffff) == 0 && len <= 96 && len % 6 == 0 && (__u8)(v >> 24) == 4 &&
+	       (v >> 32) == 0 && (__u8)v2 == 0;
+}
+
+/*
  * Does the text start like an HTTP/1.x request or status line, or an SSE
  * field line? When it starts with the CRLF that ends a chunk, *chunk_start is
  * where the next chunk-size line begins (else 0).
@@ -46,7 +60,12 @@ static __always_inline bool starts_like_http_or_sse(__u64 v, __u64 v2, __u32 n, 
 	case 'G':
 		return PFX(v, n, "GET ");
 	case 'P':
+		/* HTTP/2's client preface "PRI * HTTP/2.0\r\n..." (h2c with prior knowledge) */
+		if (PFX(v, n, "PRI * HT"))
+			return n < 16 || v2 == LIT("TP/2.0\r\n");
 		return PFX(v, n, "POST ") || PFX(v, n, "PUT ") || PFX(v, n, "PATCH ");
+	case 0:
+		return is_h2_server_settings(v, v2, n);
 	case 'D':
 		return PFX(v, n, "DELETE ");
 	case 'H':
@@ -100,8 +119,8 @@ static __always_inline bool is_tls_record(__u64 v, __u32 n)
 
 /*
  * FOLLOW when the first bytes of the first data seen on a socket look like
- * HTTP/1.x (request line, status line) or like an SSE/chunked stream joined
- * mid-way; TLS for TLS records when the TLS library probes run (`tls`);
+ * HTTP/1.x (request line, status line), like an SSE/chunked stream joined
+ * mid-way, or like the start of HTTP/2 (client preface, server SETTINGS); TLS for TLS records when the TLS library probes run (`tls`);
  * MUTED otherwise; 0 (no verdict yet) without bytes. v, v2 hold the first
  * n (<= 16) bytes, little-endian.
  */

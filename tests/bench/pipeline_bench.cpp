@@ -7,14 +7,19 @@
 // format side by side in one run, so the per-event cost of a declared
 // format's JSON pointers reads against the built-in dialect of the same
 // framing (declared_acme against ollama_chat, both NDJSON).
+// BM_PipelineHttp2Streams: 100 HTTP/2 streams multiplexed on 4 h2c
+// connections, one DATA frame (one event) per send; run it with
+// BM_PipelineServerStreams/200 for the HTTP/1 ratio.
 #include <benchmark/benchmark.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/pipeline.h"
 #include "daemon/config.h"
 #include "support/event_builder.h"
+#include "support/h2_frames.h"
 #include "support/native_streams.h"
 
 namespace {
@@ -22,6 +27,9 @@ namespace {
 using infertap::testing::ConnBuilder;
 using infertap::testing::chunked;
 using infertap::testing::openai_chunk;
+
+// Token texts of varying length, escapes included.
+const char* const kTexts[] = {" the", " model", "\\n\\n", " \\\"quoted\\\"", " tokenization", ",", " \\u00e9t\\u00e9"};
 
 struct Recording {
   std::vector<std::vector<std::uint8_t>> records;
@@ -40,7 +48,6 @@ Recording make_recording(int streams, int tokens, bool client_side, bool unique_
   const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
-  static const char* const kTexts[] = {" the", " model", "\\n\\n", " \\\"quoted\\\"", " tokenization", ",", " \\u00e9t\\u00e9"};
   auto event = [&](int i) {
     std::string e = openai_chunk(kTexts[i % 7]);
     if (unique_chunks) e.replace(e.find("1700000000"), 10, std::to_string(1700000000 + i));
@@ -67,17 +74,21 @@ Recording make_recording(int streams, int tokens, bool client_side, bool unique_
   return rec;
 }
 
-void run(benchmark::State& state, bool client_side, bool unique_chunks = false) {
-  const Recording rec = make_recording(static_cast<int>(state.range(0)), 200, client_side, unique_chunks);
+// Feeds the recording to a fresh pipeline per iteration: events/s.
+void run_recording(benchmark::State& state, const Recording& rec,
+                   const infertap::core::PipelineConfig& config = infertap::core::PipelineConfig{}) {
   std::uint64_t records_out = 0;
   for (auto _ : state) {
-    infertap::core::Pipeline pipeline(infertap::core::PipelineConfig{},
-                                      [&](infertap::core::StreamRecord&&) { ++records_out; });
+    infertap::core::Pipeline pipeline(config, [&](infertap::core::StreamRecord&&) { ++records_out; });
     for (const auto& r : rec.records) pipeline.on_record(r);
     benchmark::DoNotOptimize(pipeline.counters().sse_events);
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rec.events));
   state.counters["streams_out"] = static_cast<double>(records_out) / static_cast<double>(state.iterations());
+}
+
+void run(benchmark::State& state, bool client_side, bool unique_chunks = false) {
+  run_recording(state, make_recording(static_cast<int>(state.range(0)), 200, client_side, unique_chunks));
 }
 
 // `streams` concurrent server-side streams of one recorded native format,
@@ -123,15 +134,8 @@ void run_native(benchmark::State& state, bool unique_events) {
   infertap::core::PipelineConfig config;
   config.formats = acme_formats();
   if (config.formats.empty()) state.SkipWithError("kAcmeFormatYaml does not parse");
-  std::uint64_t records_out = 0;
-  for (auto _ : state) {
-    infertap::core::Pipeline pipeline(config, [&](infertap::core::StreamRecord&&) { ++records_out; });
-    for (const auto& r : rec.records) pipeline.on_record(r);
-    benchmark::DoNotOptimize(pipeline.counters().sse_events);
-  }
+  run_recording(state, rec, config);
   state.SetLabel(infertap::testing::recorded_stream(format, 1).name);
-  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rec.events));
-  state.counters["streams_out"] = static_cast<double>(records_out) / static_cast<double>(state.iterations());
 }
 
 void BM_PipelineNativeStreams(benchmark::State& state) { run_native(state, false); }
@@ -147,6 +151,54 @@ void built_in_and_declared(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_PipelineNativeStreams)->Apply(native_formats)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PipelineNativeStreamsNoMemo)->Apply(built_in_and_declared)->Unit(benchmark::kMillisecond);
+
+// `conns` h2c server connections carrying `per_conn` streams each, `tokens`
+// token events per stream, the streams' DATA frames interleaved.
+Recording make_h2_recording(int conns, int per_conn, int tokens) {
+  using infertap::testing::H2Builder;
+  Recording rec;
+  std::vector<ConnBuilder> cs;
+  std::vector<std::unique_ptr<H2Builder>> client, server;
+  for (int c = 0; c < conns; ++c) {
+    cs.emplace_back(0x3000 + c, 100, 8000, 31000 + c);
+    client.push_back(std::make_unique<H2Builder>());
+    server.push_back(std::make_unique<H2Builder>());
+  }
+  const std::string body = R"({"model":"llama-test","stream":true,"messages":[{"role":"user","content":"hi"}]})";
+  std::uint64_t t = 1'000'000'000;
+  auto out = [&](ConnBuilder& c, bool send, const std::string& bytes) {
+    t += 1000;
+    rec.records.push_back(send ? c.send(t, bytes) : c.recv(t, bytes));
+    ++rec.events;
+  };
+  auto id = [](int s) { return static_cast<std::uint32_t>(2 * s + 1); };
+  for (int c = 0; c < conns; ++c) {
+    std::string in = H2Builder::preface() + H2Builder::settings({});
+    for (int s = 0; s < per_conn; ++s) {
+      in += client[c]->headers(id(s), {{":method", "POST"}, {":scheme", "http"}, {":path", "/v1/chat/completions"}}, false);
+      in += H2Builder::data(id(s), body, true);
+    }
+    out(cs[c], false, in);
+    std::string heads = H2Builder::settings({});
+    for (int s = 0; s < per_conn; ++s)
+      heads += server[c]->headers(id(s), {{":status", "200"}, {"content-type", "text/event-stream"}}, false);
+    out(cs[c], true, heads);
+  }
+  for (int i = 0; i < tokens; ++i) {
+    for (int s = 0; s < per_conn; ++s) {
+      for (int c = 0; c < conns; ++c) out(cs[c], true, H2Builder::data(id(s), openai_chunk(kTexts[i % 7]), false));
+    }
+  }
+  for (int c = 0; c < conns; ++c) {
+    for (int s = 0; s < per_conn; ++s) out(cs[c], true, H2Builder::data(id(s), "data: [DONE]\n\n", true));
+  }
+  return rec;
+}
+
+void BM_PipelineHttp2Streams(benchmark::State& state) {
+  run_recording(state, make_h2_recording(4, static_cast<int>(state.range(0)) / 4, 200));
+}
+BENCHMARK(BM_PipelineHttp2Streams)->Arg(100)->Unit(benchmark::kMillisecond);
 
 void BM_PipelineServerStreams(benchmark::State& state) { run(state, false); }
 void BM_PipelineClientStreams(benchmark::State& state) { run(state, true); }

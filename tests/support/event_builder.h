@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "capture/abi_check.h"
+#include "capture/event.h"
 
 namespace infertap::testing {
 
@@ -211,6 +212,17 @@ inline std::string openai_chunk(std::string_view content, std::string_view id = 
          "\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"" + std::string(model) +
          "\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + std::string(content) +
          "\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+}
+
+// The peer's kernel acknowledged up to `seq` at `ts` (its window open).
+inline capture::DeliverySignal ack_signal(std::uint64_t sock, std::uint32_t seq, std::uint64_t ts) {
+  capture::DeliverySignal s;
+  s.kind = capture::DeliverySignal::Kind::ack;
+  s.sock_id = sock;
+  s.seq = seq;
+  s.ts_ns = ts;
+  s.window = 65535;
+  return s;
 }
 
 inline std::string chunked(std::string_view body) {

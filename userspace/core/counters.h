@@ -35,7 +35,15 @@
   X(closes_recovered, total, "connections ended because the kernel no longer knew their socket (a close lost to a full ring)") \
   X(tls_events, total, "plaintext events of TLS library calls")                                           \
   X(tls_unbound_held, total, "TLS writes held until their library wrote the ciphertext (memory BIO)")     \
-  X(tls_unbound_dropped, total, "held TLS writes whose socket was never found (or beyond the bound)")
+  X(tls_unbound_dropped, total, "held TLS writes whose socket was never found (or beyond the bound)")   \
+  X(h2_connections, total, "connections read as HTTP/2 (preface, server SETTINGS, h2c upgrade or joined at event DATA)") \
+  X(h2_streams, total, "HTTP/2 streams followed (each its own exchange)")                                  \
+  X(h2_streams_not_followed, total, "HTTP/2 streams beyond the per-connection bound (256 live)")           \
+  X(h2_header_blocks_unread, total, "HTTP/2 header blocks that could not be decoded: headers_unknown")      \
+  X(h2_header_blocks_too_large, total, "HTTP/2 header blocks over the 64 KiB bound (CONTINUATION floods)")  \
+  X(h2_desyncs, total, "HTTP/2 directions that lost their frames: a capture hole swallowed a frame header") \
+  X(h2_resyncs, total, "HTTP/2 directions that found their frames again at a plausible frame header")      \
+  X(h2_frame_errors, total, "HTTP/2 frames their type does not allow (length, padding, preface)")
 
 namespace infertap::core {
 

@@ -46,7 +46,7 @@ void LiveIndex::role_decided(const Connection& conn) { census_.add(conn.identity
 PathPartners::Activity LiveIndex::peer(const Endpoint& local, const Endpoint& remote) const {
   auto it = by_tuple_.find(tuple_key(local, remote));
   if (it == by_tuple_.end()) return Activity::none;
-  return it->second->active_stream() ? Activity::streaming : Activity::idle;
+  return it->second->streaming() ? Activity::streaming : Activity::idle;
 }
 
 PathPartners::Activity LiveIndex::gateway_leg(const StreamRecord& record) const {
@@ -61,14 +61,17 @@ PathPartners::Activity LiveIndex::gateway_leg(const StreamRecord& record) const 
   for (const Connection* c : it->second) {
     if (c->role() == record.role || c->role() == Role::unknown) continue;
     found = Activity::idle;
-    const StreamRecord* other = c->active_stream();
-    if (!other) continue;
-    if (!record.response_id.empty() && other->response_id == record.response_id) return Activity::streaming;
-    const std::size_t n = std::min(other->timeline.size(), kPartnerEventsSearched);
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::uint64_t h = other->timeline[i].data_hash;
-      if (h && std::find(mine.begin(), mine.end(), h) != mine.end()) return Activity::streaming;
-    }
+    bool partner = false;
+    c->for_each_active_stream([&](const StreamRecord& other) {
+      if (partner) return;
+      if (!record.response_id.empty() && other.response_id == record.response_id) partner = true;
+      const std::size_t n = std::min(other.timeline.size(), kPartnerEventsSearched);
+      for (std::size_t i = 0; i < n && !partner; ++i) {
+        const std::uint64_t h = other.timeline[i].data_hash;
+        partner = h && std::find(mine.begin(), mine.end(), h) != mine.end();
+      }
+    });
+    if (partner) return Activity::streaming;
   }
   return found;
 }

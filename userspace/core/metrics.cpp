@@ -88,9 +88,11 @@ void compute_metrics(StreamRecord& record, std::optional<std::uint64_t> usage_co
   StreamMetrics m = metrics_of(token_times, has_request ? record.request_end_ns : 0, record.last_event_ns, tokens,
                                config, content_gaps_observed(record.timeline));
   m.events = static_cast<std::uint32_t>(record.timeline.size());
-  m.token_source = usage_completion_tokens ? TokenSource::usage : TokenSource::events;
+  m.token_source = usage_completion_tokens                               ? TokenSource::usage
+                   : record.event_framing == protocol::EventFraming::grpc ? TokenSource::messages
+                                                                           : TokenSource::events;
   m.counts_lower_bound = record.bytes_lost + record.bytes_not_captured > 0;
-  if (m.counts_lower_bound && m.token_source == TokenSource::events) m.tokens_per_s.reset();
+  if (m.counts_lower_bound && m.token_source != TokenSource::usage) m.tokens_per_s.reset();
   record.metrics = std::move(m);
 }
 

@@ -381,7 +381,7 @@ void Pipeline::flush(TimestampNs now, StreamEnd reason) {
 
 void Pipeline::for_each_active_stream(const std::function<void(const StreamRecord&)>& visit) const {
   for (const auto& [sock, conn] : connections_) {
-    if (const StreamRecord* r = conn->active_stream()) visit(*r);
+    conn->for_each_active_stream(visit);
   }
 }
 

@@ -34,15 +34,7 @@ struct Harness {
     pipeline.set_tls_library_names([](std::uint16_t id) { return id == kOpenSsl3 ? "openssl-3" : ""; });
   }
   void feed(const std::vector<std::uint8_t>& rec) { pipeline.on_record(rec); }
-  void ack(std::uint64_t sock, std::uint32_t seq, std::uint64_t ts) {
-    capture::DeliverySignal s;
-    s.kind = capture::DeliverySignal::Kind::ack;
-    s.sock_id = sock;
-    s.seq = seq;
-    s.ts_ns = ts;
-    s.window = 65535;
-    pipeline.on_signal(s);
-  }
+  void ack(std::uint64_t sock, std::uint32_t seq, std::uint64_t ts) { pipeline.on_signal(testing::ack_signal(sock, seq, ts)); }
 };
 
 TEST(TlsPipeline, ServerStreamIsTimedByItsPlaintextAndAckedByItsCiphertext) {

@@ -26,7 +26,14 @@ Vantage vantage_of(Role r) {
   return Vantage::unknown;
 }
 
-std::string_view to_string(TokenSource s) { return s == TokenSource::usage ? "usage" : "events"; }
+std::string_view to_string(TokenSource s) {
+  switch (s) {
+    case TokenSource::events: return "events";
+    case TokenSource::usage: return "usage";
+    case TokenSource::messages: return "messages";
+  }
+  return "events";
+}
 
 std::string_view to_string(GatewayLeg::Side s) {
   return s == GatewayLeg::Side::upstream ? "upstream" : "downstream";
@@ -40,6 +47,8 @@ std::string_view to_string(StreamEnd e) {
     case StreamEnd::agent_stopped: return "agent_stopped";
     case StreamEnd::evicted: return "evicted";
     case StreamEnd::protocol_error: return "protocol_error";
+    case StreamEnd::stream_reset: return "stream_reset";
+    case StreamEnd::goaway: return "goaway";
   }
   return "unknown";
 }

@@ -81,6 +81,8 @@ enum class StreamEnd : std::uint8_t {
   agent_stopped,      // agent shut down while the stream was running
   evicted,            // connection table full: oldest connections dropped
   protocol_error,     // framing lost and could not be recovered
+  stream_reset,       // HTTP/2: RST_STREAM ended the stream
+  goaway,             // HTTP/2: GOAWAY left the stream unprocessed
 };
 std::string_view to_string(StreamEnd e);
 
@@ -160,7 +162,8 @@ struct TcpContext {
 
 // Where a record's token count comes from: the stream's own usage report, or
 // the count of its content events.
-enum class TokenSource : std::uint8_t { events, usage };
+// messages: gRPC messages counted, one per message (their content is not read).
+enum class TokenSource : std::uint8_t { events, usage, messages };
 std::string_view to_string(TokenSource s);
 
 struct StreamMetrics {
@@ -253,6 +256,15 @@ struct StreamRecord {
   TimestampNs end_ns = 0;
   StreamEnd end = StreamEnd::complete;
   bool joined_midstream = false;  // agent started after the stream did
+  // HTTP/2 (docs/schema.md#http2): which stream of the connection, whether its
+  // header block could be read, its DATA frames, the trailers' grpc-status,
+  // and the receiver-granted flow-control window at 0.
+  protocol::HttpVersion http_version = protocol::HttpVersion::http1_1;
+  std::uint32_t h2_stream_id = 0;
+  bool headers_unknown = false;
+  std::uint32_t h2_data_frames = 0;
+  std::optional<int> grpc_status;
+  protocol::Http2StreamStats h2_flow;  // window_zero_* fields (data_frames, grpc_status above)
   std::uint32_t truncated_events = 0;
   std::uint64_t bytes_not_captured = 0;  // capture holes inside the body
   std::uint64_t bytes_lost = 0;          // events the kernel could not deliver

@@ -344,6 +344,7 @@ std::string_view genai_provider_of(const core::StreamRecord& r) {
     case Dialect::declared:
       if (r.declared) return r.declared->provider.empty() ? std::string_view(r.declared->name) : r.declared->provider;
       break;
+    case Dialect::grpc:  // gRPC names no provider: the service is the path
     case Dialect::unknown: break;
   }
   return "unknown";

@@ -212,6 +212,7 @@ std::string_view to_string(protocol::EventFraming f) {
   switch (f) {
     case protocol::EventFraming::sse: return "sse";
     case protocol::EventFraming::ndjson: return "ndjson";
+    case protocol::EventFraming::grpc: return "grpc";
   }
   return "sse";
 }
@@ -241,6 +242,26 @@ void put_identity(json& j, const core::StreamRecord& r, const RenderOptions& opt
   j["tls_library"] = r.conn.tls_library.empty() ? json(nullptr) : json(r.conn.tls_library);
 }
 
+// HTTP/2 (docs/schema.md#http2): null on HTTP/1 records but http_version.
+void put_http2(json& j, const core::StreamRecord& r) {
+  j["http_version"] = protocol::to_string(r.http_version);
+  const bool h2 = r.http_version == protocol::HttpVersion::http2;
+  j["h2_stream_id"] = h2 ? json(r.h2_stream_id) : json(nullptr);
+  j["headers_unknown"] = r.headers_unknown;
+  j["h2_data_frames"] = h2 ? json(r.h2_data_frames) : json(nullptr);
+  j["grpc_status"] = r.grpc_status ? json(*r.grpc_status) : json(nullptr);
+  if (!h2) {
+    j["h2_flow"] = nullptr;
+    return;
+  }
+  const protocol::Http2StreamStats& f = r.h2_flow;
+  j["h2_flow"] = json{{"window_zero_episodes", f.window_zero_episodes},
+                      {"window_zero_ms", ms(f.window_zero_ns)},
+                      {"scope", f.window_scope == protocol::Http2StreamStats::Scope::none
+                                    ? json(nullptr)
+                                    : json(protocol::to_string(f.window_scope))}};
+}
+
 // What: the request and the response as the protocol and payloads told them.
 void put_exchange(json& j, const core::StreamRecord& r) {
   j["method"] = r.method;
@@ -259,6 +280,7 @@ void put_exchange(json& j, const core::StreamRecord& r) {
   j["error_type"] = r.error_type;
   j["end"] = core::to_string(r.end);
   j["joined_midstream"] = r.joined_midstream;
+  put_http2(j, r);
 }
 
 void put_times(json& j, const core::StreamRecord& r) {

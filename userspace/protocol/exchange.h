@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "protocol/encoding/decoder.h"
 #include "protocol/framing.h"
@@ -21,6 +23,10 @@
 #include "protocol/stream.h"
 
 namespace infertap::protocol {
+
+// Which HTTP carried an exchange ("1.0", "1.1", "2" in records).
+enum class HttpVersion : std::uint8_t { http1_0, http1_1, http2 };
+std::string_view to_string(HttpVersion v);
 
 // Which end of the exchange the traced process is on this connection.
 enum class Role : std::uint8_t { unknown, server, client };
@@ -51,7 +57,27 @@ struct ResponseInfo {
   TimestampNs head_ns = 0;
   std::string server_version;  // `Server` / `x-*-version` header values (ResponseHead::server_version)
   const RequestInfo* request = nullptr;  // the request it answers; null when unknown
+  HttpVersion http_version = HttpVersion::http1_1;
+  std::uint32_t h2_stream_id = 0;  // HTTP/2: the stream it is (0: HTTP/1)
+  // HTTP/2: its header block could not be read (joined mid-connection, HPACK
+  // state unknown, a hole in the block): status, type and path are unknown.
+  bool headers_unknown = false;
 };
+
+// HTTP/2: what a stream's frames said, told once before its end.
+struct Http2StreamStats {
+  std::uint32_t data_frames = 0;     // DATA frames of the stream (response direction)
+  std::optional<int> grpc_status;    // trailers' grpc-status (the message text is never kept)
+  // The sender's flow-control window (granted by the receiver) at or below 0
+  // while the stream had not ended: episodes, their time, and which window.
+  enum class Scope : std::uint8_t { none, stream, connection, both };
+  std::uint32_t window_zero_episodes = 0;
+  std::uint64_t window_zero_ns = 0;
+  Scope window_scope = Scope::none;
+  static constexpr std::size_t kMaxEpisodes = 64;
+  std::vector<std::pair<TimestampNs, TimestampNs>> window_zero;  // [start, end), the first kMaxEpisodes
+};
+std::string_view to_string(Http2StreamStats::Scope s);
 
 // One event of a streamed response body (an SSE event, an NDJSON line), valid
 // during the call.
@@ -76,6 +102,8 @@ enum class ResponseEnd : std::uint8_t {
   complete,     // its framing said so (last chunk, length reached, close of an until-close body)
   superseded,   // a new response head came before this one ended
   cut_short,    // the connection (or the caller) ended it first: the caller knows why
+  reset,        // HTTP/2: RST_STREAM ended the stream
+  goaway,       // HTTP/2: GOAWAY said the stream will not be processed (or the connection went away after it)
 };
 
 class ExchangeSink {
@@ -92,6 +120,8 @@ class ExchangeSink {
   // A compressed body could not be decoded from here on (no more events).
   enum class Undecodable : std::uint8_t { corrupt, too_large, no_memory, capture_hole, unsupported };
   virtual void on_body_undecodable(Undecodable why) = 0;
+  // HTTP/2: the stream's frame and flow-control counts, just before its end.
+  virtual void on_h2_stream(const Http2StreamStats& /*stats*/) {}
   virtual void on_response_end(TimestampNs ts, ResponseEnd how) = 0;
   // A framing error; `in_stream` when it hit the body of the streamed
   // response in progress.

@@ -4,6 +4,7 @@
 //
 //   capture events --> TcpCursor (positions, lost bytes) --> Http1Session
 //                  --> StreamAssembler --> finished StreamRecords
+//   (HTTP/2: --> http2::Session --> one StreamAssembler per live stream, H2Streams)
 //   delivery signals --> ACK / arrival / window state of the records
 //
 // The connection never calls its owner: what it decides (stop following this
@@ -12,14 +13,19 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "capture/event.h"
+#include "core/conn/h2_streams.h"
 #include "core/conn/tcp.h"
 #include "core/role_census.h"
 #include "core/stream/assembler.h"
 #include "core/types.h"
 #include "protocol/http1/session.h"
+#include "protocol/http2/session.h"
 
 namespace infertap::core {
 
@@ -65,14 +71,17 @@ class Connection {
   void expire_stream(TimestampNs now, std::uint64_t idle_ns);
 
   // Records finished since the last take (checked after every call above).
-  bool has_finished() const { return assembler_.has_finished(); }
+  bool has_finished() const { return assembler_.has_finished() || (h2_streams_ && h2_streams_->has_finished()); }
   std::vector<StreamRecord> take_finished();
 
-  // The stream this connection is sending or receiving now, if any (record
-  // filled so far; metrics not computed yet).
-  const StreamRecord* active_stream() const { return assembler_.active_stream(); }
+  // The streams this connection is sending or receiving now (records filled
+  // so far; metrics not computed yet): one for HTTP/1, each live stream of
+  // an HTTP/2 connection.
+  void for_each_active_stream(const std::function<void(const StreamRecord&)>& visit) const;
+  bool streaming() const;
   const ConnIdentity& identity() const { return identity_; }
-  Role role() const { return session_.role(); }
+  Role role() const { return h2_ ? h2_->role() : session_.role(); }
+  bool http2() const { return h2_ != nullptr; }
   TimestampNs last_activity() const { return last_activity_; }
 
  private:
@@ -80,12 +89,28 @@ class Connection {
   bool feed(protocol::Flow flow, const capture::IoEvent& event);
   void note_send(const capture::IoEvent& event);
   static void note_full_buffer(TcpContext& tcp, const itap_event& h);
+  bool decide(protocol::Flow flow, std::span<const std::uint8_t> head);
+  static std::optional<std::size_t> end_of_101(const protocol::Piece& piece);
+  void switch_protocols(protocol::Flow flow, const protocol::Piece& piece, const PieceContext& context,
+                        std::optional<std::size_t> after);
+  bool accepts(protocol::Flow flow) const { return h2_ ? h2_->accepts(flow) : session_.accepts(flow); }
+  bool carries_responses(protocol::Flow flow) const;
+  void end_flow(protocol::Flow flow, TimestampNs ts);
+  void for_each_active(const std::function<void(StreamRecord&)>& visit);
+  void set_cut_reason(StreamEnd reason);
 
   ConnIdentity identity_;
   PipelineCounters& counters_;
   StreamAssembler assembler_;
   protocol::Http1Session session_;
+  // HTTP/2 (its first bytes said so): the session and its streams' records.
+  std::unique_ptr<H2Streams> h2_streams_;
+  std::unique_ptr<protocol::http2::Session> h2_;
+  const PipelineConfig& config_;
+  const RoleCensus& census_;
+  LoadTracker* load_;
   bool ignored_ = false;
+  bool upgrade_pending_ = false;  // a 101 ended HTTP/1: the next response bytes may begin HTTP/2
   bool closed_unread_ = false;
   bool inbound_eof_ = false;    // a read returned EOF
   bool outbound_shut_ = false;  // unix: the peer read EOF

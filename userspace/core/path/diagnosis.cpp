@@ -131,6 +131,19 @@ Verdict emit_cause(const PathNode* s, int ia, int ib) {
           "nothing sent for " + evidence_ms(gap) + " (the next send took " + std::to_string(blocked / 1000) + " µs)"};
 }
 
+// HTTP/2: the receiver-granted flow-control window (stream or connection) at
+// 0 for most of the gap held the sender back, whatever TCP's window said.
+std::optional<Verdict> h2_window_cause(const StreamRecord& r, int a, int b) {
+  if (r.http_version != protocol::HttpVersion::http2 || r.h2_flow.window_zero.empty()) return std::nullopt;
+  const TimestampNs ta = r.timeline[static_cast<std::size_t>(a)].ts_ns, tb = r.timeline[static_cast<std::size_t>(b)].ts_ns;
+  const std::uint64_t gap = tb > ta ? tb - ta : 0;
+  const std::uint64_t zero = overlap_ns(r.h2_flow.window_zero, ta, tb);
+  if (!gap || !mostly(zero, gap)) return std::nullopt;
+  return Verdict{StallCause::backpressure, "HTTP/2 " + std::string(protocol::to_string(r.h2_flow.window_scope)) +
+                                               " flow-control window 0 for " + evidence_ms(zero) + " of the " +
+                                               evidence_ms(gap) + " gap (WINDOW_UPDATE starvation, not the TCP window)"};
+}
+
 // The hop of event b's path that added most to the gap over event a's path:
 // gaps are compared hop by hop at the same vantage.
 struct WorstHop {
@@ -256,6 +269,7 @@ Verdict gap_cause(const PathNode* node, int a, int b, bool through_final) {
       }
     }
   }
+  if (std::optional<Verdict> v = h2_window_cause(node->rec, a, b)) return *v;
   const WorstHop w = worst_hop(path_a, path_b);
   if (!w.b) return {StallCause::model, "no other vantage of this event"};
   if (path_b.front().kind != HopKind::emit) return remote_sender_cause(path_b, w);

@@ -115,6 +115,10 @@ void StreamAssembler::start(const protocol::ResponseInfo& response) {
   r.declared = response.declared;
   if (r.declared) r.dialect = protocol::Dialect::declared;
   r.joined_midstream = response.joined_midstream;
+  r.http_version = response.http_version;
+  r.h2_stream_id = response.h2_stream_id;
+  r.headers_unknown = response.headers_unknown;
+  if (r.event_framing == protocol::EventFraming::grpc) r.dialect = protocol::Dialect::grpc;
   r.response_head_ns = response.head_ns;
   // Only a process that is on both ends of streams can be a gateway: by now
   // it has its other leg (a gateway answers after its upstream does).
@@ -241,7 +245,17 @@ void StreamAssembler::on_response_end(TimestampNs ts, protocol::ResponseEnd how)
     case protocol::ResponseEnd::complete: finish(ts, StreamEnd::complete); break;
     case protocol::ResponseEnd::superseded: finish(ts, StreamEnd::protocol_error); break;
     case protocol::ResponseEnd::cut_short: finish(ts, cut_reason_); break;
+    case protocol::ResponseEnd::reset: finish(ts, StreamEnd::stream_reset); break;
+    case protocol::ResponseEnd::goaway: finish(ts, StreamEnd::goaway); break;
   }
+}
+
+void StreamAssembler::on_h2_stream(const protocol::Http2StreamStats& stats) {
+  if (!active_) return;
+  StreamRecord& r = active_->record;
+  r.h2_data_frames = stats.data_frames;
+  r.grpc_status = stats.grpc_status;
+  r.h2_flow = stats;
 }
 
 void StreamAssembler::on_parse_error(protocol::ParseError error, bool in_stream) {

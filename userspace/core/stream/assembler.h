@@ -78,6 +78,7 @@ class StreamAssembler : public protocol::ExchangeSink {
   void on_body_bytes(std::uint64_t n) override;
   void on_body_gap(std::uint64_t n) override;
   void on_body_undecodable(Undecodable why) override;
+  void on_h2_stream(const protocol::Http2StreamStats& stats) override;
   void on_response_end(TimestampNs ts, protocol::ResponseEnd how) override;
   void on_parse_error(protocol::ParseError error, bool in_stream) override;
 

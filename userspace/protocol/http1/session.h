@@ -20,12 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "protocol/body/events.h"
 #include "protocol/encoding/decoder.h"
 #include "protocol/exchange.h"
 #include "protocol/http1/parser.h"
-#include "protocol/ndjson/parser.h"
 #include "protocol/payload/declared.h"
-#include "protocol/sse/parser.h"
 #include "protocol/stream.h"
 
 namespace infertap::protocol {
@@ -64,6 +63,10 @@ class Http1Session {
   // Drops the response in progress (`cut_short`); the connection goes on.
   void abandon_response(TimestampNs ts);
   bool response_open() const { return response_.has_value(); }
+  // A `101 Switching Protocols` ended HTTP/1 on this connection (the parsers
+  // take no more bytes); the request it answered, if seen (h2c: HTTP/2's stream 1).
+  bool switched_protocols() const { return switched_; }
+  const RequestInfo* upgrade_request() const { return requests_.empty() ? nullptr : &requests_.front(); }
 
  private:
   struct Direction {
@@ -94,65 +97,15 @@ class Http1Session {
    private:
     Http1Session& s_;
   };
-  // Where the body bytes being handed to the event parser sit in the stream,
-  // so that an event they complete gets the position of its last byte.
-  struct BodySpan {
-    std::uint64_t body_offset = 0;
-    std::uint64_t length = 0;
-    std::uint64_t position = 0;
-  };
-  // A streamed application/json body (or one of no type) is held until its
-  // first bytes say whether it is JSON lines: a whole one-line object, then
-  // another line. Its response is announced then, and what it held is fed on
-  // as it came (each piece's bytes, position and time).
-  struct Sniff {
-    struct Held {
-      std::string bytes;
-      std::uint64_t position = 0;
-      TimestampNs ts = 0;
-      std::uint64_t gap = 0;  // a hole instead of bytes
-    };
-    ResponseInfo info;
-    std::optional<RequestInfo> request;  // kept: the queue may move on before the decision
-    std::vector<Held> held;
-    std::string text;  // the body's first bytes, up to the first hole
-  };
   struct OpenResponse {
-    OpenResponse() {}  // user-provided: clang needs it to emplace a nested type with member initialisers
-    bool event_stream = false;
     bool joined_midstream = false;
-    std::uint64_t body_offset = 0;  // body bytes so far, holes included
-    std::optional<SseParser> sse;
-    std::optional<NdjsonParser> ndjson;
-    std::optional<BodySpan> span;       // the bytes being fed
-    std::optional<BodySpan> last_span;  // the last bytes fed (the body's end completes a last line)
-    ContentEncoding encoding = ContentEncoding::identity;
-    std::unique_ptr<BodyDecoder> decoder;  // set while a compressed body decodes
-    std::unique_ptr<Sniff> sniff;          // set while a JSON body's kind is undecided
+    std::unique_ptr<BodyEvents> events;  // its body's events (protocol/body/events.h)
   };
-  // Decoded bytes of a compressed body go to its event parser.
-  struct DecodedToEvents : BodyDecoder::Output {
-    OpenResponse* open = nullptr;
-    TimestampNs ts = 0;
-    void decoded(std::span<const std::uint8_t> bytes) override;
-  };
-  enum class Events : std::uint8_t { none, sse, ndjson, sniff };
 
   Direction& direction(Flow flow) { return flow == Flow::outbound ? outbound_ : inbound_; }
   const Direction& direction(Flow flow) const { return flow == Flow::outbound ? outbound_ : inbound_; }
   void start_response(const ResponseHead& head, TimestampNs ts);
-  Events events_of(const ResponseHead& head, const ResponseInfo& info) const;
-  void begin_events(OpenResponse& open, ResponseInfo& info, EventFraming framing, bool joined);
   void end_response(TimestampNs ts, ResponseEnd how);
-  void on_framed_event(std::string_view type, std::string_view data, TimestampNs ts, TimestampNs first_byte_ts,
-                       std::uint64_t offset, std::uint32_t wire_bytes, bool truncated);
-  void body_to_events(OpenResponse& open, std::span<const std::uint8_t> bytes, std::uint64_t position, TimestampNs ts);
-  void gap_to_events(OpenResponse& open, std::uint64_t n, TimestampNs ts);
-  void feed_events(OpenResponse& open, std::span<const std::uint8_t> bytes, TimestampNs ts);
-  void sniff_body(OpenResponse& open, std::span<const std::uint8_t> bytes, std::uint64_t position, TimestampNs ts);
-  void sniff_gap(OpenResponse& open, std::uint64_t n, TimestampNs ts);
-  void decide_sniff(OpenResponse& open, bool json_lines);
-  void stop_decoding(OpenResponse& open, ExchangeSink::Undecodable why);
 
   ExchangeSink& sink_;
   const std::size_t request_body_head_;
@@ -165,6 +118,7 @@ class Http1Session {
   std::deque<RequestInfo> requests_;
   std::optional<OpenResponse> response_;
   std::uint64_t responses_ = 0;
+  bool switched_ = false;
 };
 
 }  // namespace infertap::protocol

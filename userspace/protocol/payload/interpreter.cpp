@@ -45,6 +45,7 @@ std::string_view to_string(Dialect d) {
     case Dialect::triton: return "triton";
     case Dialect::gemini: return "gemini";
     case Dialect::declared: return "declared";
+    case Dialect::grpc: return "grpc";
   }
   return "unknown";
 }

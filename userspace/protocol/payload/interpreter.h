@@ -38,6 +38,7 @@ enum class Dialect : std::uint8_t {
   triton,    // generate_stream: {"text_output": ...}
   gemini,    // streamGenerateContent?alt=sse: {"candidates":[...],"usageMetadata":{...}}
   declared,  // a format from the configuration
+  grpc,      // gRPC messages (HTTP/2): each message is an event; its content needs a schema and is not read
 };
 
 enum class EventKind : std::uint8_t {
@@ -137,6 +138,7 @@ class StreamEventInterpreter {
   EventMeaning last_;
   Dialect dialect_ = Dialect::unknown;
   Dialect path_hint_ = Dialect::unknown;
+  bool grpc_ = false;  // the body is gRPC messages: each one counts as a content event
   std::shared_ptr<const DeclaredFormat> declared_;
   std::string declared_key_;  // "\"name\":" the declared text lives under ("" = no memo)
   // Cumulative text: the longest output seen and the last event's wire size.

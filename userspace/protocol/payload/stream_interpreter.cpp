@@ -161,10 +161,18 @@ void StreamEventInterpreter::begin(const StreamContext& context) {
   declared_ = context.declared;
   declared_key_ = declared_text_key(declared_.get());
   if (declared_) dialect_ = Dialect::declared;
+  grpc_ = context.framing == EventFraming::grpc;
+  if (grpc_) dialect_ = Dialect::grpc;
 }
 
 const EventMeaning& StreamEventInterpreter::interpret(std::string_view event_type, std::string_view data,
                                                       bool truncated, std::uint32_t wire_bytes) {
+  if (grpc_) {
+    last_ = EventMeaning{};
+    last_.kind = EventKind::content;
+    last_.dialect = Dialect::grpc;
+    return last_;
+  }
   if (has_memo_ && !truncated && memo_matches(event_type, data)) {
     ++memo_hits_;
     return last_;
