@@ -9,6 +9,8 @@
 #  6. TLS: a Python ssl SSE server at a high chunk rate (agent off vs on), the
 #     cost per OpenSSL probe, and what an untraced libssl user pays;
 #  7. Go crypto/tls: the cost per call of the Go probes (entry and RET).
+#  8. HTTP/2: nginx http2 (h2c and h2 over TLS) in front of the sample server,
+#     many streams multiplexed on one connection at a high chunk rate, agent off vs on.
 # Needs root. REPS=3 alternations per case by default; SECTIONS="1 3" runs only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -303,4 +305,71 @@ kill -TERM "$cpid" "$upid"; wait "$cpid" "$upid" 2>/dev/null || true
 echo "    events read by the Go clients: $(cat "$work"/go_client_*.ndjson | wc -l)"
 echo "    per call (run time / run count; the uprobe trap itself is not in it):"
 grep -E '^itap_(go_tls|sock)' "$work/go_progs.txt" | awk '{printf "      %-28s %6d ns/call  %8d calls\n", $1, $2, $3}'
+fi
+
+if want 8; then
+echo "== 8. HTTP/2: nginx http2 -> sample server (HTTP/1.1), 2 Node http2 clients x 20 streams x ${H2_TOKENS:-3000} events on one connection each, 1 ms ITL, agent off vs on"
+# Delivered rate: content events the clients counted / the wall time of the
+# run. nginx (one worker) turns each upstream chunk into one DATA frame; the
+# agent traces all three processes (sample server, nginx both legs, node).
+REPS_H2=${REPS_H2:-5}
+h2dir="$work/h2"; mkdir -p "$h2dir/tmp"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=localhost \
+  -keyout "$h2dir/key.pem" -out "$h2dir/cert.pem" 2>/dev/null
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+h2_up=$(free_port); h2_plain=$(free_port); h2_tls=$(free_port)
+build/sample-server --port "$h2_up" --ttft-ms 0 --itl-ms 1 >"$h2dir/server.out" 2>&1 &
+h2_server=$!
+cat >"$h2dir/nginx.conf" <<NGINX
+user root;
+worker_processes 1;
+error_log $h2dir/error.log warn;
+pid $h2dir/nginx.pid;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $h2dir/tmp/body;
+  proxy_temp_path $h2dir/tmp/proxy;
+  upstream backend { server 127.0.0.1:$h2_up; keepalive 64; }
+  server {
+    listen 127.0.0.1:$h2_plain http2;
+    listen 127.0.0.1:$h2_tls ssl http2;
+    ssl_certificate $h2dir/cert.pem;
+    ssl_certificate_key $h2dir/key.pem;
+    location / { proxy_pass http://backend; proxy_buffering off; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+NGINX
+nginx -p "$h2dir" -e "$h2dir/error.log" -c "$h2dir/nginx.conf" -g "daemon off; master_process on;" >"$h2dir/nginx.out" 2>&1 &
+h2_nginx=$!
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$h2_plain") 2>/dev/null && break; sleep 0.05; done
+# $1 = off | on, $2 = URL; prints content events/s delivered: the clients'
+# content events / the span from the first request to the last stream's end
+# (their own CLOCK_MONOTONIC stamps, Node's start-up left out).
+h2_case() {
+  local pids=() worker n0 n1
+  [ "$1" = on ] && agent_on sock
+  worker=$(pgrep -P "$h2_nginx" | head -1); n0=$(proc_ticks "$worker")
+  for i in 1 2; do
+    node tests/support/h2_streams.mjs "$2" 20 "${H2_TOKENS:-3000}" --ca "$h2dir/cert.pem" >"$h2dir/client_$i.out" 2>&1 &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  n1=$(proc_ticks "$worker")
+  [ "$1" = on ] && agent_off
+  # "rate nginx_cpu_us_per_event": the gateway is the process that pays most probes (both legs)
+  cat "$h2dir"/client_*.out | jq -rs --argjson t $((n1 - n0)) --argjson hz "$(getconf CLK_TCK)" \
+    '(map(.content_events) | add) as $e | "\($e / (((map(.end_ns) | max) - (map(.start_ns) | min)) / 1e9) | floor) \($t / $hz * 1e6 / $e * 100 | floor / 100)"'
+}
+for variant in "h2c:http://127.0.0.1:$h2_plain" "h2 (TLS):https://localhost:$h2_tls"; do
+  label=${variant%%:*}; url=${variant#*:}
+  hoff=(); hon=()
+  for _ in $(seq "$REPS_H2"); do hoff+=("$(h2_case off "$url")"); hon+=("$(h2_case on "$url")"); done
+  o=$(col 1 "${hoff[@]}"); k=$(col 1 "${hon[@]}"); oc=$(col 2 "${hoff[@]}"); kc=$(col 2 "${hon[@]}")
+  awk -v l="$label" -v o="$o" -v k="$k" -v so="$(spread 1 "${hoff[@]}")" -v sk="$(spread 1 "${hon[@]}")" -v n="$REPS_H2" \
+    -v oc="$oc" -v kc="$kc" 'BEGIN {
+    printf "    %-9s off %.0f events/s (runs %s), nginx CPU/event %.2f us | on %.0f events/s (runs %s), nginx %.2f us | ratio %.3f; median of %d alternations\n",
+      l, o, so, oc, k, sk, kc, k/o, n }'
+done
+kill -TERM "$h2_nginx" "$h2_server"; wait "$h2_nginx" "$h2_server" 2>/dev/null || true
 fi

@@ -19,6 +19,10 @@ packages=(
   python3-jsonschema                       # NDJSON records checked against docs/schema.json
   nodejs                                   # the official npm clients of the integration tests (below)
   golang-go caddy                          # Go crypto/tls tests: programs built in the test, Caddy as a Go TLS gateway
+  tshark                                   # the HTTP/2 tests' oracle: it dissects captures of the same traffic
+  python3-grpcio                           # a real gRPC server-streaming service and client (HTTP/2 tests)
+  nghttp2-server                           # nghttpd: another HTTP/2 implementation's h2c server
+  python3-h2                               # the tests' h2c server reached by HTTP/1.1 Upgrade (tests/support)
   g++-aarch64-linux-gnu                    # make cross-arm64 (its arm64 libraries: scripts/arm64_sysroot.sh)
 )
 
@@ -35,6 +39,8 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # wireshark-common asks whether non-root users may capture: no (the tests capture as root).
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null || true
   # Packaged daemons (nginx, haproxy, prometheus) must not start on install:
   # the tests run their own instances on free ports. policy-rc.d exit 101 =
   # "action forbidden" for invoke-rc.d; restore any policy that was there.

@@ -213,6 +213,8 @@ struct NginxOptions {
   std::string upstream_unix;       // non-empty: `proxy_pass http://unix:PATH:` to this unix socket, not a port
   int listen_sndbuf = 0;           // >0: `listen ... sndbuf=N` (downstream send buffer: gateway backpressure)
   std::string tls_cert, tls_key;   // both set: `listen ... ssl` with this certificate (TLS to clients)
+  bool http2 = false;              // `listen ... http2`: HTTP/2 to clients (h2 by ALPN with TLS, else h2c
+                                   // with prior knowledge); the upstream stays HTTP/1.1 or 1.0 as the mode says
   std::string extra_http;          // appended inside http {}
   std::string extra_location;      // appended inside location / {}
   std::vector<std::string> argv_prefix;  // e.g. NetnsPath::exec_prefix() to run it in a namespace
@@ -246,6 +248,7 @@ class Nginx : public Gateway {
       listen += " ssl";
       server_tls = "    ssl_certificate " + opt.tls_cert + ";\n    ssl_certificate_key " + opt.tls_key + ";\n";
     }
+    if (opt.http2) listen += " http2";  // nginx 1.22 (Debian 12): a listen flag, not the later `http2 on;`
     config_ = "# infertap test gateway: nginx, mode " + std::string(to_string(mode)) +
               "\n"
               // root workers: they write temp files into the 0700 scratch directory

@@ -75,6 +75,19 @@ class LiveTest : public ::testing::Test {
     return read_ndjson(path("records.ndjson"));
   }
 
+  // Runs argv to its end, output in the scratch file log_name; its exit
+  // status (-1: it did not start, or did not end in time and was stopped).
+  int run_to_end(const std::vector<std::string>& argv, const std::string& log_name,
+          std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+    auto p = Process::spawn(argv, path(log_name));
+    EXPECT_TRUE(p) << "cannot spawn " << argv[0];
+    if (!p) return -1;
+    auto st = p->wait(timeout);
+    EXPECT_TRUE(st) << argv[0] << " did not end within " << timeout.count() << " ms";
+    if (!st) p->stop(std::chrono::seconds(1));
+    return st && WIFEXITED(*st) ? WEXITSTATUS(*st) : -1;
+  }
+
   std::optional<ScratchDir> scratch_;
   std::optional<Process> agent_;
   std::uint16_t port_ = 0;

@@ -22,6 +22,7 @@
 #include "support/live_test.h"
 #include "support/ndjson.h"
 #include "support/process.h"
+#include "support/test_certificate.h"
 
 namespace infertap::testing {
 
@@ -44,12 +45,8 @@ class TlsFixture : public LiveTest {
     LiveTest::SetUp();
     if (HasFatalFailure()) return;
     ASSERT_TRUE(std::filesystem::exists(kTlsPeer)) << "run from the repository root (" << kTlsPeer << ")";
-    ASSERT_FALSE(find_system_binary("openssl").empty()) << "openssl not installed: run scripts/setup.sh";
     // An EC certificate for localhost and 127.0.0.1; the PEM with both for HAProxy.
-    const std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "
-                            "/CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " +
-                            path("key.pem") + " -out " + path("cert.pem") + " > " + path("openssl.log") + " 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl req failed:\n" << read_file(path("openssl.log"));
+    ASSERT_EQ(make_localhost_certificate(path("key.pem"), path("cert.pem"), path("openssl.log")), "");
     std::ofstream(path("both.pem")) << read_file(path("cert.pem")) << read_file(path("key.pem"));
   }
 

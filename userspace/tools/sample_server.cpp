@@ -51,7 +51,8 @@ const char* kUsage = R"(usage: sample-server [options]
   --jitter-ms MS         uniform +/- jitter added to ttft and every gap (default 0)
   --tokens N             content events per response unless the request sets max_tokens (default 16)
   --pause-after K        inject one pause after the K-th content event (1-based; default off)
-  --pause-ms MS          length of that pause (default 0)
+  --pause-ms MS          length of that pause (default 0). A request body's "pause_after" and
+                         "pause_ms" set them for that stream alone (one stalled stream among many)
   --events-per-write K   coalesce K SSE events into one send syscall (default 1)
   --slow-factor F        itl multiplier while slow mode is on (SIGUSR1 toggles; default 2.0)
   --load-itl-ms MS       added to every gap per other stream in flight (a server that slows with
@@ -614,6 +615,8 @@ struct StreamParams {
   std::int64_t prompt_tokens;
   std::string encoding;  // "" = identity
   const nf::RecordedStream* native = nullptr;  // a native route's stream
+  std::int64_t pause_after = g_cfg.pause_after;  // this stream's pause (the request may set its own)
+  double pause_ms = g_cfg.pause_ms;
 };
 
 std::string openai_chunk_prefix(const std::string& id, const char* object, std::int64_t created,
@@ -657,11 +660,11 @@ bool stream_openai(Conn& c, Emitter& em, const StreamParams& p) {
     inner += chat ? "\"}" : "\"";
     choice(inner, "null");
     std::int64_t gap = i == 0 ? jittered_ns(c, g_cfg.ttft_ms) : itl_ns(c);
-    if (g_cfg.pause_after > 0 && i == g_cfg.pause_after) gap += ms_to_ns(g_cfg.pause_ms);
+    if (p.pause_after > 0 && i == p.pause_after) gap += ms_to_ns(p.pause_ms);
     if (!em.emit("content", ev, gap)) return false;
   }
   std::int64_t fin_gap =
-      (g_cfg.pause_after > 0 && g_cfg.pause_after >= p.n_tokens) ? ms_to_ns(g_cfg.pause_ms) : 0;
+      (p.pause_after > 0 && p.pause_after >= p.n_tokens) ? ms_to_ns(p.pause_ms) : 0;
   choice(chat ? "\"delta\":{}" : "\"text\":\"\"", "\"stop\"");
   if (!em.emit("finish", ev, fin_gap)) return false;
   if (p.include_usage) {
@@ -708,11 +711,11 @@ bool stream_anthropic(Conn& c, Emitter& em, const StreamParams& p) {
     d += token_text(i);
     d += "\"}}";
     std::int64_t gap = i == 0 ? jittered_ns(c, g_cfg.ttft_ms) : itl_ns(c);
-    if (g_cfg.pause_after > 0 && i == g_cfg.pause_after) gap += ms_to_ns(g_cfg.pause_ms);
+    if (p.pause_after > 0 && i == p.pause_after) gap += ms_to_ns(p.pause_ms);
     if (!em.emit("anthropic:content_block_delta", anthropic_event("content_block_delta", d), gap)) return false;
   }
   std::int64_t fin_gap =
-      (g_cfg.pause_after > 0 && g_cfg.pause_after >= p.n_tokens) ? ms_to_ns(g_cfg.pause_ms) : 0;
+      (p.pause_after > 0 && p.pause_after >= p.n_tokens) ? ms_to_ns(p.pause_ms) : 0;
   if (!em.emit("anthropic:content_block_stop",
                anthropic_event("content_block_stop", "{\"type\":\"content_block_stop\",\"index\":0}"), fin_gap))
     return false;
@@ -735,7 +738,7 @@ bool stream_native(Conn& c, Emitter& em, const StreamParams& p) {
     std::int64_t gap = 0;
     if (s.token[i]) {
       gap = tokens == 0 ? jittered_ns(c, g_cfg.ttft_ms) : itl_ns(c);
-      if (g_cfg.pause_after > 0 && tokens == g_cfg.pause_after) gap += ms_to_ns(g_cfg.pause_ms);
+      if (p.pause_after > 0 && tokens == p.pause_after) gap += ms_to_ns(p.pause_ms);
       ++tokens;
     }
     if (!em.emit(kind, s.wire[i], gap)) return false;
@@ -1083,6 +1086,8 @@ void serve_connection(Conn& c) {
       if (!mt) mt = it::json_get_int(r.body, "max_completion_tokens");
       p.n_tokens = std::clamp<std::int64_t>(mt.value_or(g_cfg.tokens), 0, 10'000'000);
       p.include_usage = g_cfg.usage || it::json_get_bool(r.body, "include_usage").value_or(false);
+      p.pause_after = it::json_get_int(r.body, "pause_after").value_or(p.pause_after);
+      if (auto ms = it::json_get_int(r.body, "pause_ms")) p.pause_ms = double(*ms);
       p.prompt_tokens = std::max<std::int64_t>(1, std::int64_t(r.body.size() / 4));
       log_request(c, r, ts, &p, stream);
       if (stream) {
