@@ -89,14 +89,10 @@ class TlsFixture : public LiveTest {
     return read_ndjson(path(name + ".ndjson"));
   }
 
-  // Runs argv to completion; its exit status (-1: did not start or end).
-  int run(const std::vector<std::string>& argv, const std::string& log_name, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-    auto p = Process::spawn(argv, path(log_name));
-    EXPECT_TRUE(p) << "cannot spawn " << argv[0];
-    if (!p) return -1;
-    auto st = p->wait(timeout);
-    EXPECT_TRUE(st) << argv[0] << " timed out";
-    return st && WIFEXITED(*st) ? WEXITSTATUS(*st) : -1;
+  // Runs argv to its end (LiveTest::run_to_end); its exit status.
+  int run(const std::vector<std::string>& argv, const std::string& log_name,
+          std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+    return run_to_end(argv, log_name, timeout);
   }
 
   std::vector<std::string> tls_client(const std::string& name, std::uint16_t port, std::vector<std::string> extra) {
