@@ -622,6 +622,53 @@ TEST_F(TlsTest, LibraryDeletedOnDiskIsProbedCountedAndReleased) {
   EXPECT_NE(read_file(path("agent.log")).find("deleted"), std::string::npos) << "the attach note says so";
 }
 
+// ---- a library whose mount is gone from its process's namespace ---------------------
+
+// A client in a mount namespace of its own loads libssl from a tmpfs mounted
+// there, then the tmpfs is detached (umount -l), as a container's root is
+// when the runtime tears it down under a process still running: the path in
+// its maps leads nowhere, from the host or through /proc/PID/root. The agent,
+// started after, reaches the library through the mapping itself
+// (/proc/PID/map_files), probes it, and records its streams; nothing fails.
+TEST_F(TlsTest, LibraryWhoseMountIsGoneIsProbedThroughItsMapping) {
+  const std::string libssl = system_libssl();
+  ASSERT_FALSE(libssl.empty()) << "libssl.so.3 not found (Debian package libssl3)";
+  const std::string unshare = testing::find_system_binary("unshare");
+  ASSERT_FALSE(unshare.empty()) << "unshare not installed (util-linux)";
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "5"}), "");
+  const std::string root = path("root");
+  std::filesystem::create_directories(root);
+  std::string client;
+  for (const std::string& arg : tls_client("client", port_, {"--tokens", "20", "--requests", "10", "--interval-ms",
+                                                              "300", "--ready-file", path("client.ready")}))
+    client += " '" + arg + "'";
+  const std::string script = "mount -t tmpfs tmpfs " + root + " && cp " + libssl + " " + root +
+                             "/ && { env LD_LIBRARY_PATH=" + root + client + " & } && while [ ! -e " +
+                             path("client.ready") + " ]; do sleep 0.02; done && umount -l " + root +
+                             " && echo detached && wait";
+  auto ns = Process::spawn({unshare, "-m", "--propagation", "private", "/bin/sh", "-c", script}, path("client.out"));
+  ASSERT_TRUE(ns);
+  ASSERT_TRUE(testing::wait_for_text(path("client.out"), "detached", 10s)) << read_file(path("client.out"));
+  EXPECT_FALSE(std::filesystem::exists(root + "/libssl.so.3")) << "the copy lived only in the namespace's tmpfs";
+  start_agent_on_ports({port_});
+  auto st = ns->wait(30s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_file(path("client.out"));
+  stop_tls_server("server");
+  const auto records = stop_agent_after_joins();
+  const json stats = agent_stats();
+  ASSERT_TRUE(stats.is_object()) << read_file(path("agent.log"));
+  EXPECT_EQ(kernel_counter(stats, "tls_attach_failures"), 0u) << stats;
+  int complete = 0;
+  for (const auto& r : where(records, "role", "client")) {
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    if (r["end"] == "complete" && r["content_events"] == 20) ++complete;
+  }
+  EXPECT_GE(complete, 3) << "requests made after the agent started, through the detached library: "
+                         << read_file(path("agent.log"));
+  EXPECT_NE(read_file(path("agent.log")).find("map_files"), std::string::npos)
+      << "the attach note says it was read through the mapping";
+}
+
 // ---- libssl loaded late ---------------------------------------------------------------
 
 TEST_F(TlsTest, LibsslLoadedLateByDlopenIsPickedUp) {
