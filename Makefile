@@ -48,7 +48,7 @@ LIB_SRCS   := $(filter-out $(TEST_CPP) $(TOOL_CPP) $(MAIN_CPP),$(ALL_CPP))
 LIB_OBJS   := $(patsubst %.cpp,$(OUT)/obj/%.o,$(LIB_SRCS))
 LIB        := $(OUT)/libinfertap.a
 
-BINS       := $(OUT)/infertapd $(OUT)/sample-server $(OUT)/sample-client $(OUT)/send-loop \
+BINS       := $(OUT)/infertapd $(OUT)/sample-server $(OUT)/sample-client $(OUT)/send-loop $(OUT)/tls-fault-peer \
               $(if $(wildcard userspace/cli/infertap.cpp),$(OUT)/infertap)
 UNIT_SRCS  := $(TEST_CPP) $(wildcard tests/unit/*.cpp)
 UNIT_OBJS  := $(patsubst %.cpp,$(OUT)/obj/%.o,$(UNIT_SRCS))
@@ -124,6 +124,9 @@ $(OUT)/sample-client: $(OUT)/obj/userspace/tools/sample_client.o
 
 $(OUT)/send-loop: $(OUT)/obj/userspace/tools/send_loop.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread
+
+$(OUT)/tls-fault-peer: $(OUT)/obj/userspace/tools/tls_fault_peer.o
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lssl -lcrypto
 
 $(OUT)/unit_tests: $(UNIT_OBJS) $(LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main -lbrotlienc $(LDLIBS)

@@ -253,22 +253,37 @@ echo "$cost" | awk '{printf "    agent %.2f us + BPF %.2f us per token event (CP
 echo "    per call (run time / run count; the uprobe trap itself is not in it):"
 awk '{printf "      %-28s %6d ns/call  %8d calls\n", $1, $2, $3}' "$work/tls_progs.txt"
 
-echo "== 6b. an untraced libssl user: TLS writes of 256 non-HTTP bytes in one process (tls_peer.py loop), agent off vs on"
-# "muted": every process traced, the connection muted after its first bytes;
-# "untraced": agent --pid of another process (the probes fire, the program
-# returns at its first check).
+echo "== 6b. a libssl user: TLS writes of 256 non-HTTP bytes in one process (tls_peer.py loop), agent off vs on"
+# "muted": every process traced (per-file probes), the connection muted after
+# its first bytes; "untraced": agent --pid of another process (per-process
+# probes: this one has no breakpoint at all); "targeted": agent --pid of this
+# process (its own probes; its connection muted as not HTTP).
 loop() { python3 "$tls_peer" loop --cert "$work/tls.crt" --key "$work/tls.key" --seconds "$SECONDS_PER_RUN" | jq .writes_per_sec; }
-loff=(); lmuted=(); luntraced=()
+loop_targeted() {  # the loop connects, the agent starts with its pid, then it writes
+  local pid
+  rm -f "$work/loop.ready" "$work/loop.go"
+  python3 "$tls_peer" loop --cert "$work/tls.crt" --key "$work/tls.key" --seconds "$SECONDS_PER_RUN" \
+    --ready-file "$work/loop.ready" --go-file "$work/loop.go" >"$work/loop.out" &
+  pid=$!
+  for _ in $(seq 200); do [ -e "$work/loop.ready" ] && break; sleep 0.05; done
+  agent_on sock --pid "$pid"
+  touch "$work/loop.go"; wait "$pid"; agent_off
+  jq .writes_per_sec "$work/loop.out"
+}
+loff=(); lmuted=(); luntraced=(); ltargeted=()
 for _ in $(seq "$REPS"); do
   loff+=("$(loop)")
   agent_on sock; lmuted+=("$(loop)"); agent_off
   agent_on sock --pid 1; luntraced+=("$(loop)"); agent_off
+  ltargeted+=("$(loop_targeted)")
 done
 lo=$(printf '%s\n' "${loff[@]}" | median); lm=$(printf '%s\n' "${lmuted[@]}" | median)
-lu=$(printf '%s\n' "${luntraced[@]}" | median)
-awk -v o="$lo" -v m="$lm" -v u="$lu" 'BEGIN {
-  printf "    off %.0f writes/s | muted (traced, not HTTP) %.0f/s ratio %.3f %+.2f us/write | untraced (--pid other) %.0f/s ratio %.3f %+.2f us/write\n",
-    o, m, m/o, 1e6/m - 1e6/o, u, u/o, 1e6/u - 1e6/o }'
+lu=$(printf '%s\n' "${luntraced[@]}" | median); lt=$(printf '%s\n' "${ltargeted[@]}" | median)
+awk -v o="$lo" -v m="$lm" -v u="$lu" -v t="$lt" 'BEGIN {
+  printf "    off %.0f writes/s\n", o
+  printf "    untraced (--pid other) %.0f/s ratio %.3f %+.2f us/write\n", u, u/o, 1e6/u - 1e6/o
+  printf "    targeted (--pid this, muted: not HTTP) %.0f/s ratio %.3f %+.2f us/write\n", t, t/o, 1e6/t - 1e6/o
+  printf "    every process (no --pid, muted: not HTTP) %.0f/s ratio %.3f %+.2f us/write\n", m, m/o, 1e6/m - 1e6/o }'
 fi
 if want 7; then
 echo "== 7. Go crypto/tls: Go clients -> Caddy (Go TLS) -> sample server, 4 streams x 2000 events x 1 ms ITL; per-call cost"

@@ -13,6 +13,7 @@ packages=(
   libcapstone-dev                          # x86-64 instruction decoder: the RET instructions of Go's crypto/tls
   libgtest-dev libgmock-dev libbenchmark-dev
   curl jq iproute2 python3 python3-yaml procps util-linux
+  gnutls-bin                               # a TLS library infertap does not probe (gnutls-cli/gnutls-serv: muted after its handshake)
   stress-ng                                # a bounded CPU hog in the sample server's cgroup (load PSI test)
   prometheus                               # the Prometheus integration test scrapes the agent
   nginx haproxy                            # real gateways for the issue-3 path tests (started by the tests)

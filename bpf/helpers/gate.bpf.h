@@ -12,6 +12,7 @@
 #include "maps/maps.bpf.h"
 #include "helpers/counters.bpf.h"
 #include "helpers/sock.bpf.h"
+#include "helpers/go_tls.bpf.h"
 
 /*
  * A listed cgroup targets everything below it (a pod slice covers its
@@ -100,6 +101,27 @@ static __always_inline bool socket_filter_passes(struct sock *sk, __u8 transport
 }
 
 /*
+ * A TLS socket muted as an unprobed library's (helpers/tls.bpf.h) whose call
+ * now runs inside a probed library call (OpenSSL's, or Go's found by
+ * goroutine): its library was probed after its handshake (loaded late by
+ * dlopen, or a process probed once it had started).
+ * It takes the TLS socket path again. Costs muted unprobed sockets one lookup.
+ */
+static __always_inline bool tls_probe_revives(struct itap_conn *conn)
+{
+	__u64 id;
+
+	if (conn->tls_blind < ITAP_TLS_BLIND_CALLS)
+		return false;
+	id = bpf_get_current_pid_tgid();
+	if (!bpf_map_lookup_elem(&itap_tls_calls, &id) && !go_tls_call_on_thread(id))
+		return false;
+	conn->verdict = ITAP_VERDICT_TLS;
+	conn->tls_probed = 1;
+	return true;
+}
+
+/*
  * The per-socket gate every attach set passes: a muted socket stops after one
  * map lookup (a unix one after its inode read too), a socket the map does not
  * know yet must be TCP or a unix stream, then the optional socket filters.
@@ -115,7 +137,7 @@ static __always_inline bool socket_gate(struct sock *sk, struct itap_conn **conn
 	if (conn && !entry_is_this_socket(sk, skey, conn))
 		conn = NULL;
 	if (conn) {
-		if (conn->verdict == ITAP_VERDICT_MUTED) {
+		if (conn->verdict == ITAP_VERDICT_MUTED && !tls_probe_revives(conn)) {
 			stat_inc(ITAP_STAT_MUTED);
 			return false;
 		}

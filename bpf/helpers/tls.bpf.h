@@ -74,6 +74,23 @@ static __always_inline void bind_tls_conn(__u64 ssl, __u64 skey)
 }
 
 /*
+ * A ciphertext call no probed library call was part of. A TLS socket that
+ * has only had such calls after ITAP_TLS_BLIND_CALLS of them belongs to a
+ * library infertap does not probe: it is muted like a socket that is not
+ * HTTP, and the ACK programs stop reporting it.
+ */
+static __always_inline void tls_blind_call(struct itap_conn *conn)
+{
+	if (!conn || conn->tls_probed || conn->tls_reported)
+		return;
+	if (++conn->tls_blind < ITAP_TLS_BLIND_CALLS)
+		return;
+	conn->verdict = ITAP_VERDICT_MUTED;
+	conn->sent = 0;
+	stat_inc(ITAP_STAT_TLS_UNPROBED);
+}
+
+/*
  * A send or receive that moved ciphertext on a TLS socket: no data event of
  * its own. It keeps the socket's ACK state, and tells the TLS library's
  * call in progress (or, for a memory BIO, the thread's pending write) where
@@ -106,6 +123,8 @@ static __always_inline void tls_socket_io(const struct itap_args *a, long ret, _
 	if (!call)
 		call = go_tls_call_on_thread(id);  /* a Go program's, found by goroutine */
 	if (call) {
+		if (conn)
+			conn->tls_probed = 1;
 		call->sk = skey;
 		call->cipher_ts = ts;
 		call->cipher_seq = seq;
@@ -114,13 +133,18 @@ static __always_inline void tls_socket_io(const struct itap_args *a, long ret, _
 	thread = bpf_map_lookup_elem(&itap_tls_threads, &id);
 	if (send) {
 		if (thread && thread->unbound_ssl) {
+			if (conn)
+				conn->tls_probed = 1;
 			bind_tls_conn(thread->unbound_ssl, skey);
 			emit_tls_bind(thread->unbound_ssl, skey, sk, conn, ts, seq, id);
 			thread->unbound_ssl = 0;
 			return;
 		}
+		tls_blind_call(conn);
 		return;
 	}
+	/* a receive outside any library call: a memory-BIO reader's (its SSL_read follows), or an unprobed library's */
+	tls_blind_call(conn);
 	if (thread) {
 		thread->recv_sk = skey;
 		thread->recv_ns = ts;

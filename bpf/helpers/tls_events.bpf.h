@@ -47,6 +47,33 @@ static __always_inline int tls_call_enter(__u64 ssl, __u64 buf, __u64 num, __u64
 	return 0;
 }
 
+/*
+ * SSL_do_handshake entry / return: the handshake's socket calls are a probed
+ * library's (not blind), and make no plaintext event. A handshake run from
+ * inside SSL_write/SSL_read leaves that call parked as it is.
+ */
+static __always_inline int tls_handshake_enter(__u64 ssl, __u16 lib)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct itap_tls_call c = {.ssl = ssl, .lib = lib, .handshake = 1};
+
+	if (!task_eligible(id >> 32))
+		return 0;
+	c.enter_ns = bpf_ktime_get_ns();
+	bpf_map_update_elem(&itap_tls_calls, &id, &c, BPF_NOEXIST);
+	return 0;
+}
+
+static __always_inline int tls_handshake_exit(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct itap_tls_call *parked = bpf_map_lookup_elem(&itap_tls_calls, &id);
+
+	if (parked && parked->handshake)
+		bpf_map_delete_elem(&itap_tls_calls, &id);
+	return 0;
+}
+
 /* The SSL*'s entry, created on its first call. */
 static __always_inline struct itap_tls_conn *tls_conn_of(__u64 ssl)
 {
@@ -220,7 +247,7 @@ static __always_inline int tls_call_exit(long ret)
 	struct itap_tls_call c;
 	__u64 bytes = 0;
 
-	if (!parked)
+	if (!parked || parked->handshake) /* a handshake's own return clears it */
 		return 0;
 	c = *parked;
 	bpf_map_delete_elem(&itap_tls_calls, &id);

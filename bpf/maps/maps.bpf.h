@@ -69,7 +69,7 @@ struct itap_tls_call {
 	__u32 cipher_seq; /* TCP sequence after it */
 	__u16 lib;       /* the attachment's cookie: which library or binary */
 	__u8 direction;  /* enum itap_direction */
-	__u8 pad;
+	__u8 handshake;  /* SSL_do_handshake: ciphertext only, no plaintext event */
 };
 
 /* A TLS connection object (SSL*): its socket once known, its plaintext counts, its verdict. */

@@ -55,6 +55,14 @@ enum itap_transport {
 	ITAP_TRANSPORT_UNIX = 1, /* AF_UNIX SOCK_STREAM or SOCK_SEQPACKET */
 };
 
+/*
+ * A TLS socket whose first this many ciphertext calls had no call of a probed
+ * TLS library on them (SSL_do_handshake included: a TLS 1.3 handshake read
+ * record by record is 16 socket calls) is muted: its library is one infertap
+ * does not probe (rustls, GnuTLS, a stripped BoringSSL, Go before 1.17).
+ */
+#define ITAP_TLS_BLIND_CALLS 16
+
 enum itap_event_kind {
 	ITAP_EV_DATA = 1,  /* one send or receive on a followed TCP or unix socket (plaintext syscall or TLS library call) */
 	ITAP_EV_STATE = 2, /* TCP state change of a followed socket (unix sockets have none) */
@@ -184,6 +192,7 @@ enum itap_drop_reason {
 	X(TLS_CALLS, tls_calls, "TLS library calls (SSL_write/SSL_read) of eligible processes that moved bytes") \
 	X(TLS_UNBOUND, tls_unbound, "TLS library calls whose socket was not known (written later from an event loop)") \
 	X(TLS_LIBS_MUTED, tls_muted, "TLS library calls on connections whose plaintext is not HTTP, stopped after one lookup") \
+	X(TLS_UNPROBED, tls_unprobed, "TLS sockets muted because no probed library call touched their first calls") \
 	X(UNIX_CLASSIFIED, unix_sockets_classified, "unix stream sockets classified on their first data (followed or muted)") \
 	X(UNIX_REUSED, unix_sockets_reused, "unix sockets found at the address of a closed one: the old entry dropped, judged afresh")
 
@@ -338,7 +347,9 @@ struct itap_conn {
 	__u32 unix_rcvd;
 	/* TLS sockets only */
 	__u8 tls_handshake; /* seen from its handshake: first_seen_ns is the handshake's start */
-	__u8 pad3[3];
+	__u8 tls_probed;    /* a probed library call (handshake included) moved its ciphertext: it is not blind */
+	__u8 tls_blind;     /* ciphertext calls before any probed one (ITAP_TLS_BLIND_CALLS mutes) */
+	__u8 pad3[1];
 };
 
 /*

@@ -420,6 +420,31 @@ TEST_F(CaptureTest, BinaryFirstMessageMutesSocket) {
   EXPECT_GE(after.muted - before.muted, 2u) << "later calls stopped at the verdict lookup";
 }
 
+// TLS that no probed library makes (Go's crypto/tls, rustls, GnuTLS, a
+// stripped BoringSSL): its ciphertext is never copied, and once its first
+// ITAP_TLS_BLIND_CALLS calls passed with no library call of ours on them, the
+// socket is muted like any socket that is not HTTP, ACKs included.
+TEST_F(CaptureTest, TlsNoProbedLibraryMakesIsMutedAfterItsFirstCalls) {
+  const auto before = cap_->stats();
+  TcpPair p = tcp_pair();
+  const std::string hello("\x16\x03\x01\x00\x05\x01\x00\x00\x01\x00", 10);
+  const std::string record("\x17\x03\x03\x00\x04" "abcd", 9);
+  ASSERT_EQ(::write(p.client.get(), hello.data(), hello.size()), ssize_t(hello.size()));
+  ASSERT_TRUE(read_exact(p.server.get(), hello.size()));
+  for (int i = 0; i < ITAP_TLS_BLIND_CALLS + 4; ++i) {
+    ASSERT_EQ(::write(p.client.get(), record.data(), record.size()), ssize_t(record.size()));
+    ASSERT_TRUE(read_exact(p.server.get(), record.size()));
+  }
+  // Request-looking bytes after it do not revive it.
+  ASSERT_EQ(::write(p.client.get(), kRequest, sizeof(kRequest) - 1), ssize_t(sizeof(kRequest) - 1));
+  ASSERT_TRUE(read_exact(p.server.get(), sizeof(kRequest) - 1));
+  col_->settle(50);
+  EXPECT_TRUE(col_->events.empty()) << col_->events.size() << " events from TLS no library of ours made";
+  const auto after = cap_->stats();
+  EXPECT_EQ(after.tls_unprobed - before.tls_unprobed, 2u) << "both ends muted as TLS no probe sees";
+  EXPECT_GE(after.muted - before.muted, 6u) << "the calls after the mute stopped at the verdict lookup";
+}
+
 TEST_F(CaptureTest, UdpAndUnixDatagramsProduceNoEvents) {
   const auto before = cap_->stats();
   // UDP on loopback.

@@ -5,6 +5,7 @@
 // records must say tls, name the library, and carry the same timing, joins and
 // causes as plaintext. Faults: non-HTTP TLS muted, a process dying mid-stream,
 // a library deleted on disk while mapped, libssl loaded late by dlopen.
+// Targeting by pid: only the targets' processes carry probes.
 //
 // Certificates are made per test with `openssl req`. The `openai` package is
 // installed by scripts/setup.sh into /var/cache/infertap/npm.
@@ -173,6 +174,9 @@ TEST_P(TlsGateway, TlsLegIsRecordedAndJoinedToThePlaintextUpstream) {
     EXPECT_EQ(r["end"], "complete") << describe(r);
     EXPECT_GT(r["tls_handshake_ms"].get<double>(), 0.0) << "a new connection's handshake: " << describe(r);
   }
+  const json stats = agent_stats();
+  EXPECT_EQ(kernel_counter(stats, "tls_unprobed"), 0u) << "no probed connection muted as an unprobed library's: "
+                                                       << stats;
 }
 
 INSTANTIATE_TEST_SUITE_P(Gateways, TlsGateway,
@@ -401,6 +405,43 @@ TEST_F(TlsTest, NonHttpTlsTrafficIsMutedAndYieldsNoRecord) {
   EXPECT_GT(kernel_counter(stats, "tls_muted"), 0u) << "later calls stopped after one lookup: " << stats;
 }
 
+// ---- a TLS library that is not probed ---------------------------------------------------
+
+// GnuTLS on both ends (gnutls-serv --echo, gnutls-cli): no probe sees its
+// plaintext, so once its handshake and first calls went by with no probed
+// library call on them both sockets are muted; a probed OpenSSL stream in the
+// same run is recorded whole and never muted that way.
+TEST_F(TlsTest, UnprobedTlsLibraryIsMutedAfterItsHandshake) {
+  const std::string serv = testing::find_system_binary("gnutls-serv");
+  ASSERT_FALSE(serv.empty()) << "gnutls-serv not installed: run scripts/setup.sh (gnutls-bin)";
+  const std::uint16_t gnutls_port = testing::free_port();
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "5", "--itl-ms", "2"}), "");
+  start_agent_on_ports({port_, gnutls_port});
+  auto srv = Process::spawn({serv, "--echo", "-p", std::to_string(gnutls_port), "--x509certfile", cert(),
+                             "--x509keyfile", key()},
+                            path("gnutls_serv.out"));
+  ASSERT_TRUE(srv);
+  ASSERT_TRUE(testing::wait_for_text(path("gnutls_serv.out"), "listening", 10s)) << read_file(path("gnutls_serv.out"));
+  const int rc = run({"/bin/sh", "-c",
+                      "(printf 'POST /v1/chat/completions HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n'; for i in $(seq 30); do "
+                      "echo line$i; sleep 0.02; done; sleep 0.3) | gnutls-cli --insecure -p " +
+                          std::to_string(gnutls_port) + " 127.0.0.1 > " + path("gnutls_cli.bytes")},
+                     "gnutls_cli.out", 30s);
+  EXPECT_EQ(rc, 0) << read_file(path("gnutls_cli.out"));
+  srv->stop(5s);
+  EXPECT_NE(read_file(path("gnutls_cli.bytes")).find("line30"), std::string::npos)
+      << "the echo came back through GnuTLS:\n" << read_file(path("gnutls_cli.out"));
+  ASSERT_EQ(run(tls_client("client", port_, {"--tokens", "20"}), "client.out"), 0) << read_file(path("client.out"));
+  stop_tls_server("server");
+  const auto records = stop_agent_after_joins();
+  EXPECT_TRUE(on_port(records, gnutls_port).empty()) << "an unprobed library's TLS gives no record";
+  const auto probed = on_port(records, port_);
+  ASSERT_EQ(probed.size(), 2u) << "the OpenSSL stream, seen from server and client: " << read_file(path("agent.log"));
+  for (const auto& r : probed) EXPECT_EQ(r["content_events"], 20) << describe(r);
+  const json stats = agent_stats();
+  EXPECT_EQ(kernel_counter(stats, "tls_unprobed"), 2u) << "both GnuTLS ends muted, no OpenSSL end: " << stats;
+}
+
 // ---- a TLS process dies mid-stream ----------------------------------------------------
 
 TEST_F(TlsTest, TlsServerExitingMidStreamGivesOneEndedRecord) {
@@ -475,6 +516,53 @@ TEST_F(TlsTest, LibraryDeletedOnDiskIsProbedCountedAndReleased) {
   EXPECT_NE(read_file(path("agent.log")).find("deleted"), std::string::npos) << "the attach note says so";
 }
 
+// ---- a library whose mount is gone from its process's namespace ---------------------
+
+// A client in a mount namespace of its own loads libssl from a tmpfs mounted
+// there, then the tmpfs is detached (umount -l), as a container's root is
+// when the runtime tears it down under a process still running: the path in
+// its maps leads nowhere, from the host or through /proc/PID/root. The agent,
+// started after, reaches the library through the mapping itself
+// (/proc/PID/map_files), probes it, and records its streams; nothing fails.
+TEST_F(TlsTest, LibraryWhoseMountIsGoneIsProbedThroughItsMapping) {
+  const std::string libssl = system_libssl();
+  ASSERT_FALSE(libssl.empty()) << "libssl.so.3 not found (Debian package libssl3)";
+  const std::string unshare = testing::find_system_binary("unshare");
+  ASSERT_FALSE(unshare.empty()) << "unshare not installed (util-linux)";
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "5"}), "");
+  const std::string root = path("root");
+  std::filesystem::create_directories(root);
+  std::string client;
+  for (const std::string& arg : tls_client("client", port_, {"--tokens", "20", "--requests", "10", "--interval-ms",
+                                                              "300", "--ready-file", path("client.ready")}))
+    client += " '" + arg + "'";
+  const std::string script = "mount -t tmpfs tmpfs " + root + " && cp " + libssl + " " + root +
+                             "/ && { env LD_LIBRARY_PATH=" + root + client + " & } && while [ ! -e " +
+                             path("client.ready") + " ]; do sleep 0.02; done && umount -l " + root +
+                             " && echo detached && wait";
+  auto ns = Process::spawn({unshare, "-m", "--propagation", "private", "/bin/sh", "-c", script}, path("client.out"));
+  ASSERT_TRUE(ns);
+  ASSERT_TRUE(testing::wait_for_text(path("client.out"), "detached", 10s)) << read_file(path("client.out"));
+  EXPECT_FALSE(std::filesystem::exists(root + "/libssl.so.3")) << "the copy lived only in the namespace's tmpfs";
+  start_agent_on_ports({port_});
+  auto st = ns->wait(30s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_file(path("client.out"));
+  stop_tls_server("server");
+  const auto records = stop_agent_after_joins();
+  const json stats = agent_stats();
+  ASSERT_TRUE(stats.is_object()) << read_file(path("agent.log"));
+  EXPECT_EQ(kernel_counter(stats, "tls_attach_failures"), 0u) << stats;
+  int complete = 0;
+  for (const auto& r : where(records, "role", "client")) {
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    if (r["end"] == "complete" && r["content_events"] == 20) ++complete;
+  }
+  EXPECT_GE(complete, 3) << "requests made after the agent started, through the detached library: "
+                         << read_file(path("agent.log"));
+  EXPECT_NE(read_file(path("agent.log")).find("map_files"), std::string::npos)
+      << "the attach note says it was read through the mapping";
+}
+
 // ---- libssl loaded late ---------------------------------------------------------------
 
 TEST_F(TlsTest, LibsslLoadedLateByDlopenIsPickedUp) {
@@ -519,6 +607,243 @@ TEST_F(TlsTest, LibsslLoadedLateByDlopenIsPickedUp) {
   const std::string log = read_file(path("agent.log"));
   EXPECT_NE(log.find(path("lib/libssl.so.3")), std::string::npos)
       << "the attach note names the late library:\n" << log;
+}
+
+// ---- library calls Python's ssl cannot make (tls-fault-peer) --------------------------
+
+class TlsFaultTest : public TlsTest {
+ protected:
+  // tls-fault-peer server on port_; "" once it listens, else why not.
+  std::string start_fault_server(std::vector<std::string> extra) {
+    std::vector<std::string> argv = {testing::build_dir() + "/tls-fault-peer", "server", "--port",
+                                     std::to_string(port_), "--cert", cert(), "--key", key()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = Process::spawn(argv, path("fault_server.out"));
+    if (!p) return "cannot spawn " + argv[0] + " (make builds it)";
+    fault_server_.emplace(std::move(*p));
+    if (!testing::wait_for_text(path("fault_server.out"), "listening", 10s))
+      return "tls-fault-peer did not start:\n" + read_file(path("fault_server.out"));
+    return "";
+  }
+  // What the server wrote, from its last line once it exits.
+  json fault_server_counts() {
+    EXPECT_TRUE(fault_server_->wait(30s)) << "tls-fault-peer server did not finish";
+    return last_json_line(path("fault_server.out"));
+  }
+  static json last_json_line(const std::string& file) {
+    const std::string out = read_file(file);
+    const std::size_t start = out.rfind("\n{");
+    return json::parse(out.substr(start == std::string::npos ? 0 : start + 1), nullptr, false);
+  }
+
+  // A record that matches what its peer wrote: every event once, in order,
+  // and the body bytes the writer counted.
+  static void expect_matches_writer(const json& r, const json& written) {
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    EXPECT_EQ(r["content_events"], written["content_events"]) << describe(r) << "\nwritten: " << written;
+    EXPECT_EQ(r["body_bytes"], written["body_bytes"]) << "no byte counted twice, none missed: " << describe(r)
+                                                      << "\nwritten: " << written;
+    EXPECT_EQ(r["bytes_lost"], 0) << describe(r);
+    std::set<int> seen;
+    std::int64_t last_ts = 0;
+    for (const auto& e : r["timeline"]) {
+      EXPECT_TRUE(seen.insert(e["i"].get<int>()).second) << "event " << e["i"] << " timed twice: " << describe(r);
+      EXPECT_GE(e["ts_ns"].get<std::int64_t>(), last_ts) << "events in order: " << describe(r);
+      last_ts = e["ts_ns"].get<std::int64_t>();
+    }
+  }
+
+  void slow_reader_stream(const std::string& mode);
+  void key_update_stream(bool requested);
+
+  std::optional<Process> fault_server_;
+};
+
+// A slow reader behind a small window: the server's non-blocking SSL_write
+// returns part of each event (SSL_MODE_ENABLE_PARTIAL_WRITE), or fails with
+// SSL_ERROR_WANT_WRITE and is offered the same buffer again.
+void TlsFaultTest::slow_reader_stream(const std::string& mode) {
+  {
+    ASSERT_EQ(start_fault_server({"--mode", mode, "--events", "30", "--event-bytes", "3000", "--itl-ms", "1"}), "");
+    start_agent_on_ports({port_});
+    ASSERT_EQ(run(tls_client("client_" + mode, port_,
+                             {"--rcvbuf", "4096", "--recv-pause-ms", "3", "--recv-bytes", "2048"}),
+                  "client_" + mode + ".out"),
+              0)
+        << read_file(path("client_" + mode + ".out"));
+    const json written = fault_server_counts();
+    ASSERT_TRUE(written.is_object()) << read_file(path("fault_server.out"));
+    const auto records = stop_agent_after_joins();
+    if (mode == "partial") {
+      EXPECT_GT(written["partial_writes"].get<int>(), 0) << "the small window made partial writes: " << written;
+    } else {
+      EXPECT_GT(written["want_write"].get<int>(), 0) << "the small window made WANT_WRITE retries: " << written;
+      EXPECT_EQ(written["partial_writes"], 0) << written;
+    }
+    const auto servers = where(records, "comm", "tls-fault-peer");
+    const auto clients = where(records, "role", "client");
+    ASSERT_EQ(servers.size(), 1u) << read_file(path("agent.log"));
+    ASSERT_EQ(clients.size(), 1u);
+    EXPECT_EQ(servers[0]["role"], "server") << describe(servers[0]);
+    for (const auto& r : {servers[0], clients[0]}) {
+      expect_matches_writer(r, written);
+      EXPECT_EQ(r["end"], "complete") << describe(r);
+    }
+    std::printf("  %s: %d SSL_write calls moved bytes, %d partial, %d WANT_WRITE retries\n", mode.c_str(),
+                written["writes"].get<int>(), written["partial_writes"].get<int>(), written["want_write"].get<int>());
+  }
+}
+
+TEST_F(TlsFaultTest, PartialWritesAreTimedOnceAndCountedOnce) { slow_reader_stream("partial"); }
+TEST_F(TlsFaultTest, WantWriteRetriesAreTimedOnceAndCountedOnce) { slow_reader_stream("want-write"); }
+
+// TLS 1.3 key updates in the middle of the stream, with and without asking
+// the peer to update its own keys.
+void TlsFaultTest::key_update_stream(bool requested) {
+  {
+    std::vector<std::string> extra = {"--mode", "key-update", "--events", "30", "--event-bytes", "40",
+                                      "--itl-ms", "3", "--key-update-every", "5"};
+    if (requested) extra.push_back("--key-update-requested");
+    ASSERT_EQ(start_fault_server(extra), "");
+    start_agent_on_ports({port_});
+    ASSERT_EQ(run(tls_client("client", port_, {}), "client.out"), 0) << read_file(path("client.out"));
+    const json written = fault_server_counts();
+    ASSERT_TRUE(written.is_object()) << read_file(path("fault_server.out"));
+    EXPECT_GE(written["key_updates"].get<int>(), 5) << written;
+    EXPECT_EQ(written["error"], "") << written;
+    const auto records = stop_agent_after_joins();
+    const auto servers = where(records, "comm", "tls-fault-peer");
+    const auto clients = where(records, "role", "client");
+    ASSERT_EQ(servers.size(), 1u) << read_file(path("agent.log"));
+    ASSERT_EQ(clients.size(), 1u);
+    for (const auto& r : {servers[0], clients[0]}) {
+      expect_matches_writer(r, written);
+      EXPECT_EQ(r["end"], "complete") << describe(r);
+      EXPECT_EQ(r["timeline"].size(), written["content_events"].get<std::size_t>() + 3) << "role, finish, [DONE]";
+    }
+  }
+}
+
+TEST_F(TlsFaultTest, KeyUpdatesMidStreamKeepTheStreamWhole) { key_update_stream(false); }
+TEST_F(TlsFaultTest, RequestedKeyUpdatesMidStreamKeepTheStreamWhole) { key_update_stream(true); }
+
+// A TLS 1.2 client asks for a renegotiation mid-stream; the server refuses
+// (SSL_OP_NO_RENEGOTIATION). What each side moved before is recorded right,
+// the stream's end says how it ended, and the agent goes on.
+TEST_F(TlsFaultTest, RefusedRenegotiationKeepsTheStreamsRecordsRight) {
+  ASSERT_EQ(start_fault_server({"--mode", "no-renegotiation", "--events", "30", "--event-bytes", "40", "--itl-ms",
+                                "10"}),
+            "");
+  start_agent_on_ports({port_});
+  ASSERT_EQ(run({testing::build_dir() + "/tls-fault-peer", "client", "--port", std::to_string(port_),
+                 "--renegotiate-after", "5"},
+                "fault_client.out"),
+            0)
+      << read_file(path("fault_client.out"));
+  const json read = last_json_line(path("fault_client.out"));
+  const json written = fault_server_counts();
+  ASSERT_TRUE(read.is_object() && written.is_object()) << read_file(path("fault_client.out"))
+                                                       << read_file(path("fault_server.out"));
+  std::printf("  renegotiation refused: the client read %d content events (%s), the server wrote %d (%s)\n",
+              read["content_events"].get<int>(), read["error"].get<std::string>().c_str(),
+              written["content_events"].get<int>(), written["error"].get<std::string>().c_str());
+  EXPECT_GE(read["content_events"].get<int>(), 5) << "the events before the renegotiation: " << read;
+  EXPECT_EQ(read["renegotiations_asked"], 1) << "the client asked for it: " << read;
+  EXPECT_EQ(read["renegotiation_pending"], 1) << "and the server refused it (never completed): " << read;
+  // A second, ordinary stream in the same run: capture went on.
+  ASSERT_EQ(start_tls_server("after", {"--ttft-ms", "5", "--itl-ms", "2"}), "");
+  ASSERT_EQ(run(tls_client("after_client", port_, {"--tokens", "8"}), "after_client.out"), 0);
+  stop_tls_server("after");
+  const auto records = stop_agent_after_joins();
+  const auto servers = where(records, "comm", "tls-fault-peer");
+  ASSERT_EQ(where(records, "role", "server").size(), 2u) << read_file(path("agent.log"));
+  for (const auto& r : servers) {
+    if (r["role"] == "server") {
+      EXPECT_EQ(r["content_events"], written["content_events"]) << describe(r) << "\nwritten: " << written;
+    } else {
+      EXPECT_EQ(r["content_events"], read["content_events"]) << describe(r) << "\nread: " << read;
+    }
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+  }
+  EXPECT_EQ(servers.size(), 2u) << "the refused renegotiation's two ends";
+  const auto after = where(where(records, "comm", "python3"), "role", "client");
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0]["content_events"], 8) << describe(after[0]);
+}
+
+// ---- targeting names processes: probes per process ------------------------------------
+
+// Did a uprobe ever fire in the process? Its first hit maps the kernel's
+// out-of-line area ("[uprobes]", or "[uprobes-trampoline]"), where return
+// probes return through.
+bool has_hit_a_uprobe(int pid) {
+  return read_file("/proc/" + std::to_string(pid) + "/maps").find("[uprobes") != std::string::npos;
+}
+
+TEST_F(TlsTest, TargetedProcessAloneGetsTlsProbes) {
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "5"}), "");
+  const int server_pid = peers_["server"]->pid();
+  // A libssl user that is not a target, running before and after the agent starts.
+  auto other = Process::spawn(tls_client("other", port_, {"--tokens", "10", "--requests", "8", "--interval-ms", "250",
+                                                          "--ready-file", path("other.ready")}),
+                              path("other.out"));
+  ASSERT_TRUE(other);
+  ASSERT_TRUE(testing::wait_for_file(path("other.ready"), 10s)) << read_file(path("other.out"));
+  start_agent_with({"--socket", "", "--metrics-listen", "", "--pid", std::to_string(server_pid)});
+  std::this_thread::sleep_for(1200ms);  // requests of both made under the agent
+  EXPECT_TRUE(has_hit_a_uprobe(server_pid)) << "the target's own probes fired";
+  EXPECT_FALSE(has_hit_a_uprobe(other->pid())) << "a process that is not a target never traps";
+  auto st = other->wait(20s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_file(path("other.out"));
+  stop_tls_server("server");
+  const auto records = stop_agent_after_joins();
+  const auto servers = where(records, "role", "server");
+  EXPECT_TRUE(where(records, "role", "client").empty()) << "the client is not a target";
+  ASSERT_GE(servers.size(), 3u) << read_file(path("agent.log"));
+  int whole = 0;
+  for (const auto& r : servers) {
+    EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
+    EXPECT_EQ(r["tls_library"], "openssl-3") << describe(r);
+    if (r["content_events"] == 10 && r["end"] == "complete") ++whole;
+  }
+  EXPECT_GE(whole, 3) << "the target's streams made under the agent, seen whole";
+  const json stats = agent_stats();
+  EXPECT_EQ(kernel_counter(stats, "tls_processes_probed"), 1u) << stats;
+  EXPECT_GE(kernel_counter(stats, "tls_libraries_attached"), 1u) << stats;
+  EXPECT_EQ(kernel_counter(stats, "tls_attach_failures"), 0u) << stats;
+  const std::string log = read_file(path("agent.log"));
+  EXPECT_NE(log.find("TLS probes per targeted process"), std::string::npos) << log;
+  EXPECT_NE(log.find("for process " + std::to_string(server_pid)), std::string::npos) << log;
+}
+
+TEST_F(TlsTest, TargetedProcessExecingIntoALibsslUserGetsItsProbesThen) {
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "5"}), "");
+  // A shell (no libssl) targeted by pid, that becomes the TLS client by exec.
+  std::string client;
+  for (const std::string& arg : tls_client("client", port_, {"--tokens", "12", "--requests", "2", "--interval-ms",
+                                                              "400"}))
+    client += " '" + arg + "'";
+  auto shell = Process::spawn({"/bin/sh", "-c", "while [ ! -e " + path("go") + " ]; do sleep 0.02; done; exec" + client},
+                              path("client.out"));
+  ASSERT_TRUE(shell);
+  start_agent_with({"--socket", "", "--metrics-listen", "", "--pid", std::to_string(shell->pid())});
+  std::ofstream(path("go")).close();
+  auto st = shell->wait(20s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_file(path("client.out"));
+  stop_tls_server("server");
+  const auto records = stop_agent_after_joins();
+  EXPECT_TRUE(where(records, "role", "server").empty()) << "the server is not a target";
+  const auto clients = where(records, "role", "client");
+  ASSERT_GE(clients.size(), 1u) << read_file(path("agent.log"));
+  const json& last = clients.back();
+  EXPECT_TRUE(last["tls"].get<bool>()) << describe(last);
+  EXPECT_EQ(last["content_events"], 12) << describe(last);
+  EXPECT_EQ(last["end"], "complete") << describe(last);
+  const json stats = agent_stats();
+  EXPECT_EQ(kernel_counter(stats, "tls_processes_probed"), 1u) << stats;
+  EXPECT_NE(read_file(path("agent.log")).find("as openssl-3 for process " + std::to_string(shell->pid())),
+            std::string::npos)
+      << read_file(path("agent.log"));
 }
 
 }  // namespace

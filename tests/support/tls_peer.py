@@ -11,14 +11,19 @@ kept in memory and written at exit (SIGTERM or the end of the run).
       Prints "listening <port>".
   tls_peer.py client --port N [--tokens N] [--requests R] [--interval-ms MS]
                      [--import-after-ms MS] [--ready-file F] [--log FILE]
+                     [--rcvbuf B] [--recv-pause-ms MS] [--recv-bytes N]
       R requests over new TLS connections; with --import-after-ms the ssl
       module (and so libssl) is loaded only that long after start, and
-      --ready-file is written once it is.
+      --ready-file is written once it is. --rcvbuf, --recv-pause-ms and
+      --recv-bytes make a slow reader (small window, a pause before each read
+      of at most N bytes).
 
-  tls_peer.py loop --cert F --key F [--seconds S] [--size N]
+  tls_peer.py loop --cert F --key F [--seconds S] [--size N] [--ready-file F --go-file F]
       A TLS connection over loopback TCP inside one process, non-HTTP bytes
       written (N per SSL write) and drained as fast as they go for S seconds;
-      prints {"writes_per_sec": ...} (the benchmark's libssl user).
+      prints {"writes_per_sec": ...} (the benchmark's libssl user). With
+      --ready-file it is written once connected, and the writes start when
+      the --go-file exists (an agent started meanwhile targets the process).
 
 Log lines (NDJSON): {"type":"request"|"send"|"write"|"event"|"import", ...}
 with "mono_ns", "req" (request number, a connection each) and per event
@@ -206,7 +211,10 @@ def dechunk(state, data):
 
 
 def one_request(ssl, ctx, args, req):
-    raw = socket.create_connection(("127.0.0.1", args.port))
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if args.rcvbuf:  # before connecting: the window it offers
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, args.rcvbuf)
+    raw.connect(("127.0.0.1", args.port))
     raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     conn = ctx.wrap_socket(raw, server_hostname="localhost")
     body = json.dumps({"model": "m", "stream": True, "max_tokens": args.tokens,
@@ -228,7 +236,9 @@ def one_request(ssl, ctx, args, req):
             events.index += 1
         if done:
             break
-        pending = conn.recv(16384)
+        if args.recv_pause_ms:  # a slow reader: the server's socket buffer fills
+            time.sleep(args.recv_pause_ms / 1e3)
+        pending = conn.recv(args.recv_bytes)
         if not pending:
             break
     conn.close()
@@ -284,6 +294,10 @@ def run_loop(args):
     conn = client_ctx.wrap_socket(socket.create_connection(listener.getsockname()))
     payload = bytes([0x17, 0x03]) + bytes(range(256)) * (args.size // 256 + 1)
     payload = payload[:args.size]
+    if args.ready_file:  # connected; the timed writes wait for --go-file
+        open(args.ready_file, "w").close()
+    while args.go_file and not os.path.exists(args.go_file):
+        time.sleep(0.01)
     writes, end = 0, time.monotonic() + args.seconds
     while time.monotonic() < end:
         for _ in range(100):
@@ -311,6 +325,10 @@ def main():
     p.add_argument("--interval-ms", type=float, default=0)
     p.add_argument("--import-after-ms", type=float, default=0)
     p.add_argument("--ready-file")
+    p.add_argument("--go-file")
+    p.add_argument("--rcvbuf", type=int, default=0)
+    p.add_argument("--recv-pause-ms", type=float, default=0)
+    p.add_argument("--recv-bytes", type=int, default=16384)
     p.add_argument("--log")
     p.add_argument("--seconds", type=float, default=1)
     p.add_argument("--size", type=int, default=256)

@@ -496,8 +496,8 @@ void choose_tls(const CaptureConfig& config, ProgramChoice& choice, Notes& notes
     return;
   }
   choice.tls = true;
-  notes.push_back({"TLS: OpenSSL probes on each library file that defines SSL_write and SSL_read, once per file, "
-                   "and Go crypto/tls probes (entry and RET instructions) on each Go executable; "
+  notes.push_back({"TLS: OpenSSL probes on each library file that defines SSL_write and SSL_read (per file, or per "
+                   "targeted process), and Go crypto/tls probes (entry and RET instructions) on each Go executable; "
                    "raw tracepoint sched_process_exec and dlopen returns find new ones",
                    "TLS sockets' plaintext is only visible in their library"});
 }
@@ -544,8 +544,8 @@ void select_programs(infertap_bpf* skel, const ProgramChoice& choice) {
   skel->rodata->destroy_signal = choice.destroy;
   for (bpf_program* tls : {p.itap_ssl_write_enter, p.itap_ssl_write_ex_enter, p.itap_ssl_read_enter,
                            p.itap_ssl_read_ex_enter, p.itap_ssl_io_exit, p.itap_ssl_free, p.itap_dlopen_exit,
-                           p.itap_process_exec, p.itap_go_tls_write_enter, p.itap_go_tls_read_enter,
-                           p.itap_go_tls_return})
+                           p.itap_process_exec, p.itap_ssl_handshake_enter, p.itap_ssl_handshake_exit,
+                           p.itap_go_tls_write_enter, p.itap_go_tls_read_enter, p.itap_go_tls_return})
     load(tls, choice.tls);
   skel->rodata->tls_enabled = choice.tls;
   load(p.itap_unix_destroy, choice.unix_close);
@@ -600,12 +600,14 @@ std::string attach_programs(Capture::Impl& impl, bool* unix_close_failed) {
   return "";
 }
 
-void start_tls(Capture::Impl& impl) {
+void start_tls(const CaptureConfig& config, Capture::Impl& impl) {
   const auto& p = impl.skel->progs;
   const TlsPrograms programs{p.itap_ssl_write_enter, p.itap_ssl_write_ex_enter, p.itap_ssl_read_enter,
                              p.itap_ssl_read_ex_enter, p.itap_ssl_io_exit,       p.itap_ssl_free,
-                             p.itap_dlopen_exit};
-  impl.tls = std::make_unique<TlsLibraries>(programs, &impl.notes);
+                             p.itap_dlopen_exit,          p.itap_ssl_handshake_enter, p.itap_ssl_handshake_exit};
+  const TlsTargets targets(config.pids, config.cgroup_ids,
+                           config.ignore_self ? static_cast<std::uint32_t>(getpid()) : 0);
+  impl.tls = std::make_unique<TlsLibraries>(programs, &impl.notes, targets);
   impl.tls->scan_everything(base::monotonic_ns());
   impl.go_tls = std::make_unique<GoTls>(
       GoTlsPrograms{p.itap_go_tls_write_enter, p.itap_go_tls_read_enter, p.itap_go_tls_return}, &impl.notes);
@@ -667,7 +669,7 @@ std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string*
       }
       return nullptr;
     }
-    if (choice.tls) start_tls(*impl);
+    if (choice.tls) start_tls(config, *impl);
     return std::unique_ptr<Capture>(new Capture(std::move(impl)));
   }
   return nullptr;

@@ -21,9 +21,9 @@ namespace infertap::capture {
 namespace {
 
 // Indexes into kFunctions.
-enum Function { kWrite, kWriteEx, kRead, kReadEx, kFree, kDlopen, kFunctionCount };
-constexpr std::array<std::string_view, kFunctionCount> kFunctions = {"SSL_write", "SSL_write_ex", "SSL_read",
-                                                                     "SSL_read_ex", "SSL_free", "dlopen"};
+enum Function { kWrite, kWriteEx, kRead, kReadEx, kFree, kDlopen, kHandshake, kFunctionCount };
+constexpr std::array<std::string_view, kFunctionCount> kFunctions = {
+    "SSL_write", "SSL_write_ex", "SSL_read", "SSL_read_ex", "SSL_free", "dlopen", "SSL_do_handshake"};
 
 // Where a host keeps its shared libraries, seen from the host's root (the
 // agent may run in a container of its own: /proc/1/root is the host's).
@@ -43,6 +43,11 @@ constexpr std::size_t kMaxPendingScans = 4096;
 constexpr std::uint64_t kDeletedMapperCheckNs = 1'000'000'000ull;
 constexpr std::size_t kMaxDeletedMappers = 64;
 constexpr std::size_t kMaxTlsLibraries = 1024;
+// Per-process probes: how often exited processes' probes are released, and
+// how many processes are probed one by one (each holds ~10 perf events) before
+// every library file is probed once for all instead.
+constexpr std::uint64_t kProcessCheckNs = 1'000'000'000ull;
+constexpr std::size_t kMaxProbedProcesses = 64;
 
 bool is_openssl_name(std::string_view name) { return name.rfind("libssl.so", 0) == 0; }
 
@@ -64,6 +69,11 @@ std::string hex(std::uint64_t v) {
   return buf;
 }
 
+void destroy_links(std::vector<bpf_link*>& links) {
+  for (bpf_link* link : links) bpf_link__destroy(link);
+  links.clear();
+}
+
 bool numeric(const char* name) {
   if (!*name) return false;
   for (const char* p = name; *p; ++p)
@@ -73,12 +83,20 @@ bool numeric(const char* name) {
 
 }  // namespace
 
-TlsLibraries::TlsLibraries(const TlsPrograms& programs, std::vector<LoadNote>* notes)
-    : programs_(programs), notes_(notes) {}
+TlsLibraries::TlsLibraries(const TlsPrograms& programs, std::vector<LoadNote>* notes, TlsTargets targets)
+    : programs_(programs), notes_(notes), targets_(std::move(targets)) {
+  if (targets_.per_process())
+    note("TLS probes per targeted process, not per library file",
+         "targeting names processes (" + targets_.narrowed_by() + "): libssl users that are not targets never trap");
+  else
+    note("TLS probes per library file, for every process", "targeting names no processes: every process but the "
+                                                           "agent is a target");
+}
 
 TlsLibraries::~TlsLibraries() {
-  for (auto& [key, file] : files_)
-    for (bpf_link* link : file.links) bpf_link__destroy(link);
+  for (auto& [key, file] : files_) destroy_links(file.links);
+  for (auto& [pid, process] : processes_)
+    for (auto& [key, links] : process.links) destroy_links(links);
 }
 
 std::string_view TlsLibraries::library_name(std::uint16_t id) const {
@@ -96,7 +114,9 @@ void TlsLibraries::scan_everything(std::uint64_t now_ns) {
   for (auto& [key, file] : files_) file.pids.clear();  // found again below while still mapped
   // Through init's root when the agent may see it (its own container is not the host's).
   const std::string host_root = access("/proc/1/root/", X_OK) == 0 ? "/proc/1/root" : "";
+  // Per-process probes need a process: a library no target maps waits for one.
   for (const char* dir : kLibraryDirs) {
+    if (targets_.per_process()) break;
     const std::string host_dir = host_root + dir;
     DIR* d = opendir(host_dir.c_str());
     if (!d) continue;
@@ -137,7 +157,9 @@ void TlsLibraries::on_exec(std::uint32_t pid, std::uint64_t now_ns) {
 void TlsLibraries::on_dlopen(std::uint32_t pid, std::uint64_t now_ns) { schedule(pid, now_ns); }
 
 void TlsLibraries::tick(std::uint64_t now_ns) {
+  if (widen_pending_) widen_to_files();
   check_deleted_mappers(now_ns);
+  check_processes(now_ns);
   if (now_ns >= next_full_scan_ns_) {
     due_.clear();
     scan_everything(now_ns);
@@ -154,6 +176,8 @@ void TlsLibraries::tick(std::uint64_t now_ns) {
 // file mapped, even deleted or in another mount namespace), else through the
 // process's root.
 void TlsLibraries::scan_process(std::uint32_t pid) {
+  const bool per_process = targets_.per_process();
+  if (per_process && !targets_.eligible(pid)) return;
   const std::string proc = "/proc/" + std::to_string(pid);
   FILE* maps = std::fopen((proc + "/maps").c_str(), "re");
   ++stats_.tls_process_scans;
@@ -167,14 +191,17 @@ void TlsLibraries::scan_process(std::uint32_t pid) {
     const std::optional<MappedFile> m = parse_maps_line(line);
     if (!m || !m->executable) continue;
     const FileKey key{makedev(m->dev_major, m->dev_minor), m->inode};
-    if (auto it = files_.find(key); it != files_.end()) {
+    auto it = files_.find(key);
+    const bool known = it != files_.end();
+    if (known) {
       if (in_full_scan_) it->second.seen_scan = full_scans_;
       if (m->deleted) mapped_deleted(it->second, pid);
-      continue;
+      if (!per_process || it->second.offsets.empty()) continue;
     }
     std::string path = proc + "/map_files/" + hex(m->start) + "-" + hex(m->end);
     if (access(path.c_str(), R_OK) != 0 && !m->deleted) path = proc + "/root" + m->path;
-    inspect(key, path, m->path, base_name(m->path), m->deleted, pid);
+    if (!known) inspect(key, path, m->path, base_name(m->path), m->deleted, pid);
+    if (per_process && !widen_pending_) probe_process(key, files_[key], pid, path);
   }
   std::free(line);
   std::fclose(maps);
@@ -195,21 +222,28 @@ void TlsLibraries::inspect(const FileKey& key, const std::string& path, const st
     }
     return;
   }
-  std::string why;
-  if (found.offsets[kDlopen] && programs_.dlopen_exit &&
-      !attach(programs_.dlopen_exit, path, found.offsets[kDlopen], true, 0, file, &why))
-    note("libraries loaded later by processes of " + std::string(name) + " found only by the periodic rescan",
-         "probing dlopen in " + path + " failed: " + why);
-  if (!found.offsets[kWrite] || !found.offsets[kRead]) return;
-  if (library_names_.size() >= kMaxTlsLibraries) {
+  const bool tls = found.offsets[kWrite] && found.offsets[kRead];
+  if (!tls && !found.offsets[kDlopen]) return;
+  if (tls && library_names_.size() >= kMaxTlsLibraries) {
     ++stats_.tls_attach_failures;
     note("TLS library " + std::string(name) + " not probed", "already " + std::to_string(kMaxTlsLibraries) +
                                                                  " TLS library files probed");
     return;
   }
-  library_names_.push_back(library_label(name));
-  file.id = static_cast<std::uint16_t>(library_names_.size());
-  if (!attach_tls(file, path, found.offsets, &why)) {
+  file.name = name;
+  file.offsets = found.offsets;
+  if (tls) {
+    library_names_.push_back(library_label(name));
+    file.id = static_cast<std::uint16_t>(library_names_.size());
+  }
+  if (targets_.per_process()) return;  // probed for each targeted process that maps it
+  std::string why;
+  if (found.offsets[kDlopen] && programs_.dlopen_exit &&
+      !attach(programs_.dlopen_exit, path, found.offsets[kDlopen], true, 0, -1, file.links, &why))
+    note("libraries loaded later by processes of " + std::string(name) + " found only by the periodic rescan",
+         "probing dlopen in " + path + " failed: " + why);
+  if (!tls) return;
+  if (!attach_tls(file, path, -1, file.links, &why)) {
     ++stats_.tls_attach_failures;
     note("TLS library " + std::string(name) + " not probed: its TLS streams are not seen", path + ": " + why);
     return;
@@ -257,9 +291,11 @@ void TlsLibraries::check_deleted_mappers(std::uint64_t now_ns) {
 }
 
 // Entry and return of each call the file defines; SSL_write and SSL_read must
-// attach, the others (the _ex forms, SSL_free) may be missing.
-bool TlsLibraries::attach_tls(File& file, const std::string& path, const std::vector<std::uint64_t>& offsets,
+// attach, the others (the _ex forms, SSL_free) may be missing. pid -1: for
+// every process.
+bool TlsLibraries::attach_tls(const File& file, const std::string& path, int pid, std::vector<bpf_link*>& links,
                               std::string* why) {
+  const std::vector<std::uint64_t>& offsets = file.offsets;
   const struct {
     Function function;
     bpf_program* entry;
@@ -267,31 +303,115 @@ bool TlsLibraries::attach_tls(File& file, const std::string& path, const std::ve
                {kWriteEx, programs_.write_ex_enter},
                {kRead, programs_.read_enter},
                {kReadEx, programs_.read_ex_enter}};
-  const std::size_t before = file.links.size();
+  const std::size_t before = links.size();
   for (const auto& call : calls) {
     if (!offsets[call.function]) continue;
-    if (!attach(call.entry, path, offsets[call.function], false, file.id, file, why) ||
-        !attach(programs_.io_exit, path, offsets[call.function], true, file.id, file, why)) {
-      for (std::size_t i = before; i < file.links.size(); ++i) bpf_link__destroy(file.links[i]);
-      file.links.resize(before);
+    if (!attach(call.entry, path, offsets[call.function], false, file.id, pid, links, why) ||
+        !attach(programs_.io_exit, path, offsets[call.function], true, file.id, pid, links, why)) {
+      for (std::size_t i = before; i < links.size(); ++i) bpf_link__destroy(links[i]);
+      links.resize(before);
       return false;
     }
   }
-  if (offsets[kFree]) (void)attach(programs_.ssl_free, path, offsets[kFree], false, file.id, file, why);
+  if (offsets[kFree]) (void)attach(programs_.ssl_free, path, offsets[kFree], false, file.id, pid, links, why);
+  // Without it a handshake's socket calls count as an unprobed library's;
+  // the connection is then muted only if the handshake alone reaches
+  // ITAP_TLS_BLIND_CALLS.
+  if (offsets[kHandshake] && programs_.handshake_enter &&
+      attach(programs_.handshake_enter, path, offsets[kHandshake], false, file.id, pid, links, why))
+    (void)attach(programs_.handshake_exit, path, offsets[kHandshake], true, file.id, pid, links, why);
   return true;
 }
 
 bool TlsLibraries::attach(bpf_program* prog, const std::string& path, std::uint64_t offset, bool ret,
-                          std::uint64_t cookie, File& file, std::string* why) {
+                          std::uint64_t cookie, int pid, std::vector<bpf_link*>& links, std::string* why) {
   LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookie, .retprobe = ret);
-  bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), static_cast<std::size_t>(offset), &opts);
+  bpf_link* link = bpf_program__attach_uprobe_opts(prog, pid, path.c_str(), static_cast<std::size_t>(offset), &opts);
   if (!link) {
     const int err = errno;
     *why = std::string(bpf_program__name(prog)) + " at offset 0x" + hex(offset) + ": " + errno_text(err);
     return false;
   }
-  file.links.push_back(link);
+  links.push_back(link);
   return true;
+}
+
+// The probes of one targeted process on one file it maps (its dlopen, its
+// TLS calls), once per process and file.
+void TlsLibraries::probe_process(const FileKey& key, File& file, std::uint32_t pid, const std::string& path) {
+  if (file.offsets.empty()) return;  // neither TLS nor dlopen
+  Process* process = this->process(pid);
+  if (!process || process->links.contains(key)) return;
+  std::vector<bpf_link*>& links = process->links[key];
+  const std::string who = "process " + std::to_string(pid);
+  std::string why;
+  if (file.offsets[kDlopen] && programs_.dlopen_exit &&
+      !attach(programs_.dlopen_exit, path, file.offsets[kDlopen], true, 0, static_cast<int>(pid), links, &why))
+    note("libraries loaded later by " + who + " found only by the periodic rescan", "probing dlopen in " + file.name +
+                                                                                         " failed: " + why);
+  if (!file.id) return;
+  if (!attach_tls(file, path, static_cast<int>(pid), links, &why)) {
+    ++stats_.tls_attach_failures;
+    note("TLS library " + file.name + " not probed for " + who + ": its TLS streams are not seen", path + ": " + why);
+    return;
+  }
+  if (!file.probed) {
+    file.probed = true;
+    ++stats_.tls_libraries_attached;
+    if (file.deleted) ++stats_.tls_libraries_deleted;
+  }
+  note("probing TLS in " + file.name + " as " + std::string(library_name(file.id)) + " for " + who,
+       "targeted by " + targets_.narrowed_by() + ", defines SSL_write and SSL_read (" + path + ")");
+}
+
+// The entry of a live targeted process (a new one for a reused pid); nullptr
+// when it is gone, or when there are too many to probe one by one.
+TlsLibraries::Process* TlsLibraries::process(std::uint32_t pid) {
+  const std::uint64_t start = process_start_time(pid);
+  if (!start) return nullptr;
+  auto it = processes_.find(pid);
+  if (it != processes_.end() && it->second.start != start) {
+    for (auto& [key, links] : it->second.links) destroy_links(links);
+    processes_.erase(it);
+    ++stats_.tls_processes_released;
+    it = processes_.end();
+  }
+  if (it != processes_.end()) return &it->second;
+  if (processes_.size() >= kMaxProbedProcesses) {
+    widen_pending_ = true;
+    return nullptr;
+  }
+  ++stats_.tls_processes_probed;
+  return &processes_.emplace(pid, Process{start, {}}).first->second;
+}
+
+// Probes of processes that exited hold perf events: release them.
+void TlsLibraries::check_processes(std::uint64_t now_ns) {
+  if (processes_.empty() || now_ns < next_process_check_ns_) return;
+  next_process_check_ns_ = now_ns + kProcessCheckNs;
+  for (auto it = processes_.begin(); it != processes_.end();) {
+    if (process_start_time(it->first) == it->second.start) {
+      ++it;
+      continue;
+    }
+    for (auto& [key, links] : it->second.links) destroy_links(links);
+    ++stats_.tls_processes_released;
+    it = processes_.erase(it);
+  }
+}
+
+// Too many targeted processes: every file is inspected and probed again, once
+// for all processes (the kernel's filters still decide what is traced).
+void TlsLibraries::widen_to_files() {
+  widen_pending_ = false;
+  targets_.widen();
+  for (auto& [pid, process] : processes_)
+    for (auto& [key, links] : process.links) destroy_links(links);
+  processes_.clear();
+  files_.clear();
+  next_full_scan_ns_ = 0;
+  note("TLS probes per library file from now on: libssl users that are not targets trap too",
+       "more than " + std::to_string(kMaxProbedProcesses) + " targeted processes to probe one by one");
 }
 
 // Probes on a file deleted from disk that no process maps any more keep the
@@ -299,8 +419,7 @@ bool TlsLibraries::attach(bpf_program* prog, const std::string& path, std::uint6
 void TlsLibraries::release_unmapped() {
   for (auto& [key, file] : files_) {
     if (!file.deleted || file.links.empty() || file.seen_scan == full_scans_) continue;
-    for (bpf_link* link : file.links) bpf_link__destroy(link);
-    file.links.clear();
+    destroy_links(file.links);
     ++stats_.tls_libraries_released;
   }
 }

@@ -1,9 +1,10 @@
 // Where TLS lives on this host: every executable file mapped by a process
 // (read from /proc/PID/maps) that defines SSL_write and SSL_read — libssl.so.3,
 // libssl.so.1.1, a binary with OpenSSL built in (Node.js) — gets the OpenSSL
-// probes once per file (device + inode), for every process that maps it; a
-// C library gets a dlopen return probe, so a library loaded later is found
-// when it is loaded. Exec and dlopen signals from the kernel say which process
+// probes once per file (device + inode), for every process that maps it, or,
+// when targeting names processes (capture/tls_targets.h), once per eligible
+// process that maps it; a C library gets a dlopen return probe, so a library
+// loaded later is found when it is loaded. Exec and dlopen signals from the kernel say which process
 // to look at; a slow full rescan catches what a lost signal missed.
 #pragma once
 
@@ -15,6 +16,7 @@
 
 #include "base/counter.h"
 #include "capture/proc_maps.h"
+#include "capture/tls_targets.h"
 
 struct bpf_program;
 struct bpf_link;
@@ -32,6 +34,8 @@ struct TlsPrograms {
   bpf_program* io_exit = nullptr;
   bpf_program* ssl_free = nullptr;
   bpf_program* dlopen_exit = nullptr;
+  bpf_program* handshake_enter = nullptr;  // SSL_do_handshake: its socket calls are a probed library's
+  bpf_program* handshake_exit = nullptr;
 };
 
 #define INFERTAP_TLS_LIBRARY_COUNTERS(X)                                                                            \
@@ -41,7 +45,9 @@ struct TlsPrograms {
   X(tls_libraries_released, "probes released from TLS library files no process maps any more")                     \
   X(tls_process_scans, "process mappings read to find TLS libraries")                                              \
   X(tls_processes_gone, "processes that exited before their mappings could be read")                               \
-  X(tls_scan_overflows, "exec/dlopen signals beyond the scan queue (a full rescan followed)")
+  X(tls_scan_overflows, "exec/dlopen signals beyond the scan queue (a full rescan followed)")                     \
+  X(tls_processes_probed, "targeted processes given TLS probes of their own (targeting names processes)")           \
+  X(tls_processes_released, "per-process TLS probes released after their process exited")
 
 struct TlsLibraryStats {
 #define TLS_LIBRARY_FIELD(name, help) std::uint64_t name = 0;
@@ -58,7 +64,7 @@ struct TlsLibraryStats {
 class TlsLibraries {
  public:
   // `notes` receives each attach decision (and failure) with its reason.
-  TlsLibraries(const TlsPrograms& programs, std::vector<LoadNote>* notes);
+  TlsLibraries(const TlsPrograms& programs, std::vector<LoadNote>* notes, TlsTargets targets = {});
   ~TlsLibraries();
   TlsLibraries(const TlsLibraries&) = delete;
   TlsLibraries& operator=(const TlsLibraries&) = delete;
@@ -84,26 +90,44 @@ class TlsLibraries {
   };
   struct File {
     std::uint16_t id = 0;  // TLS library id (the probes' cookie); 0: not a TLS library
-    std::vector<bpf_link*> links;
+    std::string name;      // its file name, for the notes
+    std::vector<std::uint64_t> offsets;  // of kFunctions (0: not defined), for per-process probes
+    bool probed = false;   // probed for one process at least (per-process probes)
+    std::vector<bpf_link*> links;  // per-file probes
     bool deleted = false;   // probed through a mapping of a file gone from disk
     std::uint64_t seen_scan = 0;  // the last full scan that found it mapped
     std::vector<std::uint32_t> pids;  // deleted: processes seen mapping it (bounded)
   };
 
+  // A targeted process's own probes, per file it maps.
+  struct Process {
+    std::uint64_t start = 0;  // process_start_time: a reused pid is another process
+    std::map<FileKey, std::vector<bpf_link*>> links;
+  };
+
   void scan_process(std::uint32_t pid);
+  void probe_process(const FileKey& key, File& file, std::uint32_t pid, const std::string& path);
+  Process* process(std::uint32_t pid);
+  void check_processes(std::uint64_t now_ns);
+  void widen_to_files();
   void inspect(const FileKey& key, const std::string& path, const std::string& shown, std::string_view name,
                bool deleted, std::uint32_t pid);
   void mapped_deleted(File& file, std::uint32_t pid);
   void check_deleted_mappers(std::uint64_t now_ns);
-  bool attach_tls(File& file, const std::string& path, const std::vector<std::uint64_t>& offsets, std::string* why);
+  bool attach_tls(const File& file, const std::string& path, int pid, std::vector<bpf_link*>& links,
+                  std::string* why);
   bool attach(bpf_program* prog, const std::string& path, std::uint64_t offset, bool ret, std::uint64_t cookie,
-              File& file, std::string* why);
+              int pid, std::vector<bpf_link*>& links, std::string* why);
   void release_unmapped();
   void schedule(std::uint32_t pid, std::uint64_t due_ns);
   void note(std::string what, std::string why);
 
   TlsPrograms programs_;
   std::vector<LoadNote>* notes_;
+  TlsTargets targets_;
+  std::map<std::uint32_t, Process> processes_;  // per-process probes, by pid
+  std::uint64_t next_process_check_ns_ = 0;
+  bool widen_pending_ = false;  // too many processes: per-file probes at the next tick
   std::map<FileKey, File> files_;           // every file inspected, TLS or not
   std::vector<std::string> library_names_;  // by id - 1
   std::multimap<std::uint64_t, std::uint32_t> due_;  // scan time -> pid

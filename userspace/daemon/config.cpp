@@ -18,6 +18,7 @@
 
 #include "base/host_port.h"
 #include "base/yaml_reader.h"
+#include "capture/tls_targets.h"
 #include "daemon/formats.h"
 #include "daemon/http_server.h"
 #include "infertap/abi.h"
@@ -558,17 +559,7 @@ std::string effective_node_name(const DaemonConfig& config) {
 }
 
 std::string cgroup2_mount_point(const std::string& mountinfo_path) {
-  // Lines: "id parent major:minor root mount-point options... - fstype source super-options".
-  std::ifstream in(mountinfo_path);
-  std::string line;
-  while (std::getline(in, line)) {
-    const std::size_t sep = line.find(" - ");
-    if (sep == std::string::npos || line.compare(sep + 3, 8, "cgroup2 ") != 0) continue;
-    std::istringstream fields(line.substr(0, sep));
-    std::string id, parent, dev, root, mount_point;
-    if (fields >> id >> parent >> dev >> root >> mount_point) return mount_point;
-  }
-  return "/sys/fs/cgroup";
+  return capture::cgroup2_mount_point(mountinfo_path);  // the TLS probes' targeting reads it too
 }
 
 bool resolve_cgroup_ids(const std::vector<std::string>& paths, std::vector<std::uint64_t>* ids, std::string* error,

@@ -2,8 +2,9 @@
 /*
  * OpenSSL-family TLS (libssl.so.3, libssl.so.1.1, binaries that carry their
  * own SSL_* symbols, BoringSSL builds that keep them): uprobes on the entry
- * and return of SSL_write, SSL_write_ex, SSL_read, SSL_read_ex, and SSL_free
- * to forget a connection object. The loader attaches them once per library
+ * and return of SSL_write, SSL_write_ex, SSL_read, SSL_read_ex and
+ * SSL_do_handshake (its socket calls are a probed library's, not blind ones),
+ * and SSL_free to forget a connection object. The loader attaches them once per library
  * file (every process mapping it) with a cookie naming the file; nothing here
  * depends on struct layouts of the library, so every version works alike.
  * helpers/tls.bpf.h says how a call finds its socket.
@@ -51,6 +52,19 @@ SEC("uretprobe")
 int BPF_KRETPROBE(itap_ssl_io_exit, int ret)
 {
 	return tls_call_exit(ret);
+}
+
+/* int SSL_do_handshake(SSL *ssl): its ciphertext is a probed library's. */
+SEC("uprobe")
+int BPF_KPROBE(itap_ssl_handshake_enter, void *ssl)
+{
+	return tls_handshake_enter((__u64)ssl, library_of(ctx));
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(itap_ssl_handshake_exit, int ret)
+{
+	return tls_handshake_exit();
 }
 
 /* void SSL_free(SSL *ssl): its address may be a new connection's next. */

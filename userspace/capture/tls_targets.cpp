@@ -1,0 +1,77 @@
+#include "capture/tls_targets.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace infertap::capture {
+
+// Lines: "id parent major:minor root mount-point options... - fstype source super-options".
+std::string cgroup2_mount_point(const std::string& mountinfo_path) {
+  std::ifstream in(mountinfo_path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::size_t sep = line.find(" - ");
+    if (sep == std::string::npos || line.compare(sep + 3, 8, "cgroup2 ") != 0) continue;
+    std::istringstream fields(line.substr(0, sep));
+    std::string id, parent, dev, root, mount_point;
+    if (fields >> id >> parent >> dev >> root >> mount_point) return mount_point;
+  }
+  return "/sys/fs/cgroup";
+}
+
+TlsTargets::TlsTargets(const std::vector<std::uint32_t>& pids, const std::vector<std::uint64_t>& cgroup_ids,
+                       std::uint32_t self_pid)
+    : per_process_(!pids.empty() || !cgroup_ids.empty()),
+      pids_(pids.begin(), pids.end()),
+      cgroup_ids_(cgroup_ids.begin(), cgroup_ids.end()),
+      self_pid_(self_pid) {
+  if (!cgroup_ids_.empty()) cgroup_root_ = cgroup2_mount_point();
+}
+
+bool TlsTargets::eligible(std::uint32_t pid) const {
+  if (self_pid_ && pid == self_pid_) return false;
+  if (!pids_.empty() && !pids_.contains(pid)) return false;
+  if (!cgroup_ids_.empty() && !in_cgroups(pid)) return false;
+  return true;
+}
+
+std::string TlsTargets::narrowed_by() const {
+  if (!pids_.empty() && !cgroup_ids_.empty()) return "--pid and --cgroup";
+  return pids_.empty() ? "--cgroup" : "--pid";
+}
+
+// The process's cgroup v2 path ("0::/a/b"), then each ancestor up to the
+// root, by the inode of its directory (the cgroup id the kernel filter uses).
+bool TlsTargets::in_cgroups(std::uint32_t pid) const {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string line, path;
+  while (std::getline(in, line))
+    if (line.rfind("0::", 0) == 0) path = line.substr(3);
+  if (path.empty() || path.front() != '/') return false;
+  while (true) {
+    struct stat st {};
+    if (stat((cgroup_root_ + path).c_str(), &st) == 0 && cgroup_ids_.contains(st.st_ino)) return true;
+    if (path == "/") return false;
+    const std::size_t slash = path.rfind('/');
+    path.resize(slash == 0 ? 1 : slash);
+  }
+}
+
+std::uint64_t process_start_time(std::uint32_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return 0;
+  const std::size_t comm_end = stat.rfind(')');  // the command name may hold spaces and ')'
+  if (comm_end == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(comm_end + 2));
+  std::string field;
+  for (int i = 3; i < 22 && fields >> field; ++i) {
+  }
+  std::uint64_t start = 0;
+  return fields >> start ? start : 0;
+}
+
+}  // namespace infertap::capture
