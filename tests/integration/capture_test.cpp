@@ -420,8 +420,8 @@ TEST_F(CaptureTest, BinaryFirstMessageMutesSocket) {
   EXPECT_GE(after.muted - before.muted, 2u) << "later calls stopped at the verdict lookup";
 }
 
-// TLS that no probed library makes (Go's crypto/tls, rustls, GnuTLS, a
-// stripped BoringSSL): its ciphertext is never copied, and once its first
+// TLS that no probed library makes (rustls, GnuTLS, a stripped BoringSSL,
+// Go before 1.17): its ciphertext is never copied, and once its first
 // ITAP_TLS_BLIND_CALLS calls passed with no library call of ours on them, the
 // socket is muted like any socket that is not HTTP, ACKs included.
 TEST_F(CaptureTest, TlsNoProbedLibraryMakesIsMutedAfterItsFirstCalls) {
