@@ -4,8 +4,12 @@
 // ground-truth clocks, the official `openai` npm client on Node.js — and the
 // records must say tls, name the library, and carry the same timing, joins and
 // causes as plaintext. Faults: non-HTTP TLS muted, a process dying mid-stream,
-// a library deleted on disk while mapped, libssl loaded late by dlopen.
-// Targeting by pid: only the targets' processes carry probes.
+// a library deleted on disk while mapped, or on a mount gone from its
+// namespace, libssl loaded late by dlopen, a TLS library not probed (GnuTLS),
+// and through build/tls-fault-peer (libssl, calls Python's ssl cannot make)
+// partial writes, SSL_ERROR_WANT_WRITE retries, TLS 1.3 key updates and a
+// refused TLS 1.2 renegotiation. Targeting by pid: only the targets' processes
+// carry probes.
 //
 // Certificates are made per test with `openssl req`. The `openai` package is
 // installed by scripts/setup.sh into /var/cache/infertap/npm.
@@ -260,6 +264,9 @@ TEST_P(TlsGateway, TlsLegIsRecordedAndJoinedToThePlaintextUpstream) {
     EXPECT_FALSE(r["peer_stream_id"].is_null()) << "joined to the TLS client's stream: " << describe(r);
     EXPECT_TRUE(r["stalls"].empty()) << "the server emitted on time: " << describe(r);
     const auto causes = causes_of(r["delivery"]["stalls"]);
+    std::printf("  %s: server TTFT %.1f ms, delivered TTFT %.1f ms (vantage %s)\n", gc.name.c_str(),
+                r.value("ttft_ms", -1.0), r["delivery"].value("ttft_ms", -1.0),
+                r["delivery"].value("vantage", std::string("?")).c_str());
     if (gc.buffers) {
       // Held events leave in bursts (stalls between them), or the whole
       // stream in one at its end (an inflated TTFT only).
@@ -274,6 +281,8 @@ TEST_P(TlsGateway, TlsLegIsRecordedAndJoinedToThePlaintextUpstream) {
     }
   }
   for (const auto& r : clients) {
+    std::printf("  %s: client TTFT %.1f ms, %d content events\n", gc.name.c_str(), r.value("ttft_ms", -1.0),
+                r["content_events"].get<int>());
     EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
     EXPECT_EQ(r["tls_library"], "openssl-3") << describe(r);
     expect_all_events_or_counted_lower_bound(r, 60, gc.buffers);
