@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "capture/tls_targets.h"
 #include "support/node_modules.h"
 #include "support/gateways.h"
 #include "support/live_test.h"
@@ -929,6 +930,33 @@ TEST_F(TlsTest, TargetedProcessAloneGetsTlsProbes) {
   const std::string log = read_file(path("agent.log"));
   EXPECT_NE(log.find("TLS probes per targeted process"), std::string::npos) << log;
   EXPECT_NE(log.find("for process " + std::to_string(server_pid)), std::string::npos) << log;
+}
+
+// The same by cgroup: the server moved into a cgroup of its own, the agent
+// targeting it (--cgroup); the eligibility is read from /proc/PID/cgroup.
+TEST_F(TlsTest, ProcessInTargetedCgroupAloneGetsTlsProbes) {
+  const std::string root = capture::cgroup2_mount_point();
+  const std::string name = "/infertap-tls-" + std::to_string(getpid()), cgroup = root + name;
+  ASSERT_TRUE(std::filesystem::create_directory(cgroup)) << "cgroup v2 needed (mounted at " << root << ")";
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "5"}), "");
+  const int server_pid = peers_["server"]->pid();
+  std::ofstream(cgroup + "/cgroup.procs") << server_pid << "\n";
+  ASSERT_NE(read_file("/proc/" + std::to_string(server_pid) + "/cgroup").find("0::" + name), std::string::npos)
+      << "the server moved into " << cgroup;
+  start_agent_with({"--socket", "", "--metrics-listen", "", "--cgroup", cgroup});
+  ASSERT_EQ(run(tls_client("client", port_, {"--tokens", "10", "--requests", "3"}), "client.out"), 0)
+      << read_file(path("client.out"));
+  EXPECT_TRUE(has_hit_a_uprobe(server_pid)) << "the process in the cgroup has its probes";
+  stop_tls_server("server");
+  const auto records = stop_agent_after_joins();
+  std::filesystem::remove(cgroup);
+  const auto servers = where(records, "role", "server");
+  EXPECT_TRUE(where(records, "role", "client").empty()) << "the client is not in the cgroup";
+  ASSERT_EQ(servers.size(), 3u) << read_file(path("agent.log"));
+  for (const auto& r : servers) EXPECT_EQ(r["content_events"], 10) << describe(r);
+  const json stats = agent_stats();
+  EXPECT_EQ(kernel_counter(stats, "tls_processes_probed"), 1u) << "the client has none: " << stats;
+  EXPECT_NE(read_file(path("agent.log")).find("targeted by --cgroup"), std::string::npos) << read_file(path("agent.log"));
 }
 
 TEST_F(TlsTest, TargetedProcessExecingIntoALibsslUserGetsItsProbesThen) {
