@@ -4,8 +4,12 @@
 // ground-truth clocks, the official `openai` npm client on Node.js — and the
 // records must say tls, name the library, and carry the same timing, joins and
 // causes as plaintext. Faults: non-HTTP TLS muted, a process dying mid-stream,
-// a library deleted on disk while mapped, libssl loaded late by dlopen.
-// Targeting by pid: only the targets' processes carry probes.
+// a library deleted on disk while mapped, or on a mount gone from its
+// namespace, libssl loaded late by dlopen, a TLS library not probed (GnuTLS),
+// and through build/tls-fault-peer (libssl, calls Python's ssl cannot make)
+// partial writes, SSL_ERROR_WANT_WRITE retries, TLS 1.3 key updates and a
+// refused TLS 1.2 renegotiation. Targeting by pid: only the targets' processes
+// carry probes.
 //
 // Certificates are made per test with `openssl req`. The `openai` package is
 // installed by scripts/setup.sh into /var/cache/infertap/npm.
@@ -22,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "capture/tls_targets.h"
 #include "support/node_modules.h"
 #include "support/gateways.h"
 #include "support/live_test.h"
@@ -154,6 +159,9 @@ TEST_P(TlsGateway, TlsLegIsRecordedAndJoinedToThePlaintextUpstream) {
     EXPECT_FALSE(r["peer_stream_id"].is_null()) << "joined to the TLS client's stream: " << describe(r);
     EXPECT_TRUE(r["stalls"].empty()) << "the server emitted on time: " << describe(r);
     const auto causes = causes_of(r["delivery"]["stalls"]);
+    std::printf("  %s: server TTFT %.1f ms, delivered TTFT %.1f ms (vantage %s)\n", gc.name.c_str(),
+                r.value("ttft_ms", -1.0), r["delivery"].value("ttft_ms", -1.0),
+                r["delivery"].value("vantage", std::string("?")).c_str());
     if (gc.buffers) {
       // Held events leave in bursts (stalls between them), or the whole
       // stream in one at its end (an inflated TTFT only).
@@ -168,6 +176,8 @@ TEST_P(TlsGateway, TlsLegIsRecordedAndJoinedToThePlaintextUpstream) {
     }
   }
   for (const auto& r : clients) {
+    std::printf("  %s: client TTFT %.1f ms, %d content events\n", gc.name.c_str(), r.value("ttft_ms", -1.0),
+                r["content_events"].get<int>());
     EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
     EXPECT_EQ(r["tls_library"], "openssl-3") << describe(r);
     expect_all_events_or_counted_lower_bound(r, 60, gc.buffers);
@@ -814,6 +824,33 @@ TEST_F(TlsTest, TargetedProcessAloneGetsTlsProbes) {
   const std::string log = read_file(path("agent.log"));
   EXPECT_NE(log.find("TLS probes per targeted process"), std::string::npos) << log;
   EXPECT_NE(log.find("for process " + std::to_string(server_pid)), std::string::npos) << log;
+}
+
+// The same by cgroup: the server moved into a cgroup of its own, the agent
+// targeting it (--cgroup); the eligibility is read from /proc/PID/cgroup.
+TEST_F(TlsTest, ProcessInTargetedCgroupAloneGetsTlsProbes) {
+  const std::string root = capture::cgroup2_mount_point();
+  const std::string name = "/infertap-tls-" + std::to_string(getpid()), cgroup = root + name;
+  ASSERT_TRUE(std::filesystem::create_directory(cgroup)) << "cgroup v2 needed (mounted at " << root << ")";
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "5"}), "");
+  const int server_pid = peers_["server"]->pid();
+  std::ofstream(cgroup + "/cgroup.procs") << server_pid << "\n";
+  ASSERT_NE(read_file("/proc/" + std::to_string(server_pid) + "/cgroup").find("0::" + name), std::string::npos)
+      << "the server moved into " << cgroup;
+  start_agent_with({"--socket", "", "--metrics-listen", "", "--cgroup", cgroup});
+  ASSERT_EQ(run(tls_client("client", port_, {"--tokens", "10", "--requests", "3"}), "client.out"), 0)
+      << read_file(path("client.out"));
+  EXPECT_TRUE(has_hit_a_uprobe(server_pid)) << "the process in the cgroup has its probes";
+  stop_tls_server("server");
+  const auto records = stop_agent_after_joins();
+  std::filesystem::remove(cgroup);
+  const auto servers = where(records, "role", "server");
+  EXPECT_TRUE(where(records, "role", "client").empty()) << "the client is not in the cgroup";
+  ASSERT_EQ(servers.size(), 3u) << read_file(path("agent.log"));
+  for (const auto& r : servers) EXPECT_EQ(r["content_events"], 10) << describe(r);
+  const json stats = agent_stats();
+  EXPECT_EQ(kernel_counter(stats, "tls_processes_probed"), 1u) << "the client has none: " << stats;
+  EXPECT_NE(read_file(path("agent.log")).find("targeted by --cgroup"), std::string::npos) << read_file(path("agent.log"));
 }
 
 TEST_F(TlsTest, TargetedProcessExecingIntoALibsslUserGetsItsProbesThen) {
