@@ -568,6 +568,7 @@ void Session::start_joined_response(Stream& s, std::span<const std::uint8_t> fir
   ExchangeSink* out = sink(s);
   if (!out) return;
   if (!s.response_head_seen) s.pending.head_ns = ts;
+  s.response_head_seen = true;  // a HEADERS after its DATA is its trailers
   ResponseInfo info = base_info(s.pending, responses_++, s.id);
   info.joined_midstream = s.joined;
   info.headers_unknown = true;
