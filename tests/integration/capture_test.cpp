@@ -445,6 +445,35 @@ TEST_F(CaptureTest, TlsNoProbedLibraryMakesIsMutedAfterItsFirstCalls) {
   EXPECT_GE(after.muted - before.muted, 6u) << "the calls after the mute stopped at the verdict lookup";
 }
 
+// h2c: the kernel follows a connection whose first bytes are HTTP/2's client
+// preface, and one whose first bytes are a server's SETTINGS frame (the
+// server speaks first); a frame of another type first is not followed.
+TEST_F(CaptureTest, Http2PrefaceAndServerSettingsAreFollowed) {
+  const auto before = cap_->stats();
+  const std::string preface = std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + std::string("\x00\x00\x00\x04\x00\x00\x00\x00\x00", 9);
+  const std::string settings("\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x04\x00\x00\xff\xff", 15);
+  const std::string ping("\x00\x00\x08\x06\x00\x00\x00\x00\x00\x01\x02\x03\x04\x05\x06\x07\x08", 17);
+  TcpPair a = tcp_pair(), b = tcp_pair(), c = tcp_pair();
+  ASSERT_EQ(::write(a.client.get(), preface.data(), preface.size()), ssize_t(preface.size()));
+  ASSERT_TRUE(read_exact(a.server.get(), preface.size()));
+  ASSERT_EQ(::write(b.server.get(), settings.data(), settings.size()), ssize_t(settings.size()));
+  ASSERT_TRUE(read_exact(b.client.get(), settings.size()));
+  ASSERT_EQ(::write(c.client.get(), ping.data(), ping.size()), ssize_t(ping.size()));
+  ASSERT_TRUE(read_exact(c.server.get(), ping.size()));
+  const int preface_fd = a.client.get(), settings_fd = b.server.get(), ping_fd = c.client.get();
+  EXPECT_TRUE(col_->wait_for([&](const std::vector<Ev>& evs) {
+    bool pre = false, set = false;
+    for (const auto& e : evs) {
+      pre |= is_data(e, preface_fd, ITAP_DIR_SEND);
+      set |= is_data(e, settings_fd, ITAP_DIR_SEND);
+    }
+    return pre && set;
+  })) << "the h2c preface or the server's SETTINGS was not followed";
+  col_->settle(50);
+  for (const auto& e : col_->events) EXPECT_FALSE(is_data(e, ping_fd, ITAP_DIR_SEND)) << "a PING first is not HTTP/2's start";
+  EXPECT_GE(cap_->stats().sockets_muted - before.sockets_muted, 2u) << "both ends of the PING connection muted";
+}
+
 TEST_F(CaptureTest, UdpAndUnixDatagramsProduceNoEvents) {
   const auto before = cap_->stats();
   // UDP on loopback.

@@ -258,9 +258,11 @@ void Connection::switch_protocols(Flow flow, const protocol::Piece& piece, const
 // (or the path) is not draining.
 void Connection::note_send(const capture::IoEvent& event) {
   const itap_event& h = event.h();
+  const bool blocked = call_duration(h) >= kSendBlockedNs;
+  if (!blocked && !(h.flags & (ITAP_F_PARTIAL | ITAP_F_SNDBUF_FULL))) return;  // nothing to note
   for_each_active([&](StreamRecord& r) {
     TcpContext& tcp = r.tcp;
-    if (const std::uint64_t took = call_duration(h); took >= kSendBlockedNs) {
+    if (const std::uint64_t took = call_duration(h); blocked) {
       ++tcp.send_blocked;
       tcp.send_blocked_ns += took;
     }

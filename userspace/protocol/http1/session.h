@@ -98,6 +98,7 @@ class Http1Session {
     Http1Session& s_;
   };
   struct OpenResponse {
+    OpenResponse() {}  // user-provided: clang needs it to emplace a nested type with member initialisers
     bool joined_midstream = false;
     std::unique_ptr<BodyEvents> events;  // its body's events (protocol/body/events.h)
   };

@@ -285,14 +285,22 @@ void Session::begin_frame(Direction& d, TimestampNs ts) {
     d.data_end = d.frame.length;
     d.pad_unknown = d.frame.has(flags::kPadded);
     if (!is_requests(d)) {
+      const bool connection_was_open = connection_window_ > 0;
+      connection_window_ -= d.frame.length;
+      // Every stream waits on the connection window only when it closes.
+      const bool connection_closed = connection_was_open && connection_window_ <= 0;
       if (Stream* s = find(d.frame.stream_id)) {
         ++s->stats.data_frames;
         s->window -= d.frame.length;
-        connection_window_ -= d.frame.length;
         // A frame that ends its stream leaves that stream nothing to send.
-        note_all_windows(ts, d.frame.has(flags::kEndStream) ? s->id : 0);
-      } else {
-        connection_window_ -= d.frame.length;
+        const std::uint32_t ending = d.frame.has(flags::kEndStream) ? s->id : 0;
+        if (connection_closed) {
+          note_all_windows(ts, ending);
+        } else if (!ending) {
+          note_windows(*s, ts);
+        }
+      } else if (connection_closed) {
+        note_all_windows(ts);
       }
     }
   }
@@ -568,6 +576,7 @@ void Session::start_joined_response(Stream& s, std::span<const std::uint8_t> fir
   ExchangeSink* out = sink(s);
   if (!out) return;
   if (!s.response_head_seen) s.pending.head_ns = ts;
+  s.response_head_seen = true;  // a HEADERS after its DATA is its trailers
   ResponseInfo info = base_info(s.pending, responses_++, s.id);
   info.joined_midstream = s.joined;
   info.headers_unknown = true;
@@ -664,8 +673,9 @@ void Session::window_update(Direction& d, TimestampNs ts) {
   }
   const std::int64_t increment = read_u32(reinterpret_cast<const std::uint8_t*>(d.payload.data())) & 0x7fffffffu;
   if (d.frame.stream_id == 0) {
+    const bool was_closed = connection_window_ <= 0;
     connection_window_ = std::min(connection_window_ + increment, kLargestWindow);
-    note_all_windows(ts);
+    if (was_closed && connection_window_ > 0) note_all_windows(ts);
   } else if (Stream* s = find(d.frame.stream_id)) {
     s->window = std::min(s->window + increment, kLargestWindow);
     note_windows(*s, ts);

@@ -374,6 +374,18 @@ TEST_F(Http2Session, GrpcHoleInsideAMessageTruncatesItAndOneOverAPrefixStopsTheM
   EXPECT_EQ(s.stats->grpc_status, 14);
 }
 
+TEST_F(Http2Session, HeadersAfterDataThatCameFirstAreTrailersNotASecondResponse) {
+  client_start();
+  in.send(H2Builder::data(1, "data: early\n\n", false), 4);  // before any response HEADERS
+  in.send(server.headers(1, kSseHead, false), 5);
+  in.send(H2Builder::data(1, "data: late\n\n", true), 6);
+  const StreamLog& s = sinks.streams.at(1);
+  ASSERT_TRUE(s.info);
+  EXPECT_TRUE(s.info->headers_unknown);
+  EXPECT_EQ(s.events, (std::vector<std::string>{"early", "late"}));
+  EXPECT_EQ(s.end, ResponseEnd::complete);
+}
+
 TEST(Http2Detect, FirstBytesSayWhetherAConnectionIsHttp2) {
   EXPECT_EQ(detect(bytes(H2Builder::preface())), Start::preface);
   EXPECT_EQ(detect(bytes("PRI * HT")), Start::preface);
