@@ -37,8 +37,12 @@
 #define ITAP_HEAD_DEFAULT 4096
 #define ITAP_TAIL_DEFAULT 256
 
-/* Scatter/gather sends and receives: iovecs walked per syscall. */
-#define ITAP_IOV_MAX 8
+/*
+ * Scatter/gather sends and receives: iovecs walked per syscall. 16: grpcio
+ * sends a response's HEADERS (one iovec per name and value) and its first
+ * DATA frame in one sendmsg of 10 iovecs.
+ */
+#define ITAP_IOV_MAX 16
 
 /*
  * AF_UNIX: the socket's path (sun_path, at most 108 bytes; an abstract name

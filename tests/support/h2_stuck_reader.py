@@ -10,8 +10,10 @@ two chat-completion streams on one connection:
                      connection), so it runs to its end unaffected.
 
 The connection window is always granted back, so only stream 1's own window
-holds it. Once stream 3 ended, stream 1 stays held --hold-ms more, then gets a
-large WINDOW_UPDATE and is read to its end. One JSON line at the end:
+holds it. Once stream 3 ended, stream 1 stays held --hold-ms more, then gets
+back what it used (its window is the initial one again) and is read to its end
+like stream 3: the server drains what it held in window-sized frames, not in
+one large write. One JSON line at the end:
   {"local_port": 41234, "streams": {"1": {"events": 30, "bytes": 7000, "ended": true}, "3": {...}},
    "held_from_ns": t0, "released_ns": t1}
 (CLOCK_MONOTONIC). Exit status 0 when both streams ended, 1 otherwise.
@@ -86,7 +88,7 @@ def run(args):
     reader, release_at = Reader(sock), None
     while not all(s["ended"] for s in streams.values()):
         if release_at is not None and out["released_ns"] == 0 and time.monotonic() >= release_at:
-            sock.sendall(window_update(HELD, 1 << 30))
+            sock.sendall(window_update(HELD, max(1, streams[HELD]["bytes"])))
             out["released_ns"] = time.monotonic_ns()
         sock.settimeout(0.05 if release_at is not None and out["released_ns"] == 0 else 30)
         try:
