@@ -83,6 +83,7 @@ struct Session::Stream {
   bool response_head_seen = false;
   bool response_started = false;  // the sink heard on_response
   bool headers_unknown = false;
+  bool request_unread = false;  // its request's header block was not read (a hole, a lost HPACK state)
   bool joined = false;
   ResponseInfo pending;           // a head whose body kind waits for the first DATA (headers unknown)
   std::unique_ptr<BodyEvents> events;
@@ -175,7 +176,10 @@ void Session::feed(Flow flow, const Piece& piece) {
                   ? Direction::State::preface
                   : Direction::State::header;
   }
-  if (d.state == Direction::State::lost) try_resync(d, piece);
+  if (d.state == Direction::State::lost) {
+    try_resync(d, piece);
+    if (d.state == Direction::State::lost) return lost_bytes(d, piece.length, piece.ts);
+  }
   feed_bytes(d, piece.head, piece.position, piece.ts);
   if (const std::uint64_t hole = piece.hole(); hole > 0) gap_bytes(d, hole, piece.ts);
   if (!piece.tail.empty()) feed_bytes(d, piece.tail, piece.end() - piece.tail.size(), piece.ts);
@@ -230,8 +234,12 @@ void Session::feed_bytes(Direction& d, std::span<const std::uint8_t> bytes, std:
 // A hole inside a frame's payload is that frame's; one that reaches a frame
 // header loses the direction's frames (nothing after it is guessed).
 void Session::gap_bytes(Direction& d, std::uint64_t n, TimestampNs ts) {
-  if (d.state == Direction::State::lost || d.state == Direction::State::ended) return;
-  if (d.state != Direction::State::payload) return lose_sync(d);
+  if (d.state == Direction::State::ended) return;
+  if (d.state == Direction::State::lost) return lost_bytes(d, n, ts);
+  if (d.state != Direction::State::payload) {
+    lose_sync(d);
+    return lost_bytes(d, n, ts);
+  }
   const std::uint64_t left = d.frame.length - d.frame_off;
   const std::uint64_t in_frame = std::min(n, left);
   if (d.frame.frame_type() == FrameType::data) {
@@ -241,11 +249,25 @@ void Session::gap_bytes(Direction& d, std::uint64_t n, TimestampNs ts) {
   }
   d.frame_off += in_frame;
   if (d.frame_off == d.frame.length) end_frame(d, ts);
-  if (n > left) lose_sync(d);
+  if (n > left) {
+    lose_sync(d);
+    lost_bytes(d, n - left, ts);
+  }
+}
+
+// Bytes of a direction whose frames cannot be read: which stream they were
+// is unknown, so every stream whose response is open counts them as a hole
+// (its counts become lower bounds; an event they cut is truncated).
+void Session::lost_bytes(Direction& d, std::uint64_t n, TimestampNs ts) {
+  if (n == 0 || is_requests(d)) return;
+  for (auto& [id, s] : streams_) {
+    if (s->events) s->events->gap(n, ts);
+  }
 }
 
 void Session::lose_sync(Direction& d) {
   sinks_.on_problem(Problem::desynchronised);
+  if (is_requests(d)) requests_lost_ = true;
   d.state = Direction::State::lost;
   d.header_have = 0;
   d.in_block = false;
@@ -465,8 +487,12 @@ void Session::header_block(Direction& d, TimestampNs ts) {
     return;
   }
   if (!s) {
-    if (!may_join(d.block_stream)) return;
-    s = open_stream(d.block_stream, true);
+    if (may_join(d.block_stream)) {
+      s = open_stream(d.block_stream, true);
+    } else if (request_went_unseen(d.block_stream)) {
+      s = open_stream(d.block_stream, false);
+      if (s) s->request_unread = true;
+    }
   }
   if (s) response_headers(*s, decoded ? &fields : nullptr, d.block_end_stream, ts);
 }
@@ -477,6 +503,7 @@ void Session::request_headers(Stream& s, const HeaderFields* fields, bool end_st
     s.request.method = fields ? fields->method : "";
     s.request.target = fields ? fields->path : "";  // unknown: never guessed
     s.request.start_ns = ts;
+    s.request_unread = !fields;
   }
   if (end_stream) end_request(s, ts);
 }
@@ -509,6 +536,13 @@ void Session::response_headers(Stream& s, const HeaderFields* fields, bool end_s
 // and not one already closed.
 bool Session::may_join(std::uint32_t id) const {
   if (from_start_ || (first_opened_ && id >= first_opened_)) return false;
+  return std::find(closed_.begin(), closed_.end(), id) == closed_.end();
+}
+
+// A response to a client stream not seen opening, after the requests' frames
+// were lost for a while: its request went by in the hole.
+bool Session::request_went_unseen(std::uint32_t id) const {
+  if (!requests_lost_ || (id & 1) == 0 || id <= highest_opened_) return false;
   return std::find(closed_.begin(), closed_.end(), id) == closed_.end();
 }
 
@@ -554,6 +588,9 @@ void Session::start_response(Stream& s, TimestampNs) {
   if (!out) return;
   ResponseInfo info = base_info(s.pending, responses_++, s.id);
   if (s.request_seen) info.request = &s.request;
+  // Its path and method are unknown when its request's block went unread.
+  info.headers_unknown = s.request_unread;
+  s.headers_unknown = s.request_unread;
   if (formats_) {
     info.declared = match_declared(*formats_, s.request_seen ? std::string_view(s.request.target) : "",
                                    media_type(info.content_type));

@@ -106,6 +106,7 @@ class Session {
   void feed_preface(Direction& d, std::span<const std::uint8_t> bytes, std::size_t& i);
   void gap_bytes(Direction& d, std::uint64_t n, TimestampNs ts);
   void lose_sync(Direction& d);
+  void lost_bytes(Direction& d, std::uint64_t n, TimestampNs ts);
   void try_resync(Direction& d, const Piece& piece);
   void begin_frame(Direction& d, TimestampNs ts);
   void frame_payload(Direction& d, std::span<const std::uint8_t> bytes, std::uint64_t position, TimestampNs ts);
@@ -124,6 +125,7 @@ class Session {
 
   Stream* find(std::uint32_t id);
   bool may_join(std::uint32_t id) const;
+  bool request_went_unseen(std::uint32_t id) const;
   Stream* open_stream(std::uint32_t id, bool joined);
   void start_response(Stream& s, TimestampNs ts);
   void start_joined_response(Stream& s, std::span<const std::uint8_t> first_bytes, TimestampNs ts);
@@ -141,6 +143,7 @@ class Session {
   const DeclaredFormats* formats_;
   Role role_ = Role::unknown;
   bool from_start_ = false;  // every stream's opening is seen (not joined mid-way)
+  bool requests_lost_ = false;  // the requests' frames could not be read for a while
   std::unique_ptr<Direction> outbound_, inbound_;
   std::map<std::uint32_t, std::unique_ptr<Stream>> streams_;
   std::deque<std::uint32_t> closed_;  // recently closed stream ids

@@ -212,6 +212,61 @@ TEST_F(Http2Session, HoleOverAFrameHeaderDesynchronisesUntilAPlausibleFrameOfAKn
   EXPECT_EQ(s.end, ResponseEnd::complete);
 }
 
+TEST_F(Http2Session, BytesLostWithTheFramesAreAHoleOfEveryOpenStream) {
+  client_start(1);
+  out.send(client.headers(3, kRequest, true), 4);
+  std::string heads = server.headers(1, kSseHead, false);
+  heads += server.headers(3, kSseHead, false);
+  in.send(heads, 5);
+  const std::string two = H2Builder::data(1, "data: a\n\n", false) + H2Builder::data(3, "data: b\n\n", false);
+  in.send_with_hole(two, 5, 3, 6);  // a frame header in the hole: the direction is lost
+  const std::string garbage = "garbage that is no frame";
+  in.send(garbage, 7);  // lost too
+  in.send(H2Builder::data(1, "data: c\n\n", true), 8);
+  in.send(H2Builder::data(3, "data: d\n\n", true), 9);
+  // Whose bytes they were is unknown: both streams count them, so both
+  // records' counts are lower bounds.
+  const std::uint64_t lost = two.size() - 8 + garbage.size();
+  EXPECT_EQ(sinks.streams.at(1).gaps, lost);
+  EXPECT_EQ(sinks.streams.at(3).gaps, lost);
+  EXPECT_EQ(sinks.streams.at(1).events.back(), "c");
+  EXPECT_EQ(sinks.streams.at(3).events.back(), "d");
+}
+
+TEST_F(Http2Session, ResponseToARequestLostInAHoleIsFollowedWithItsHeadersUnknown) {
+  client_start(1);
+  // Stream 3's request (HEADERS and a body) goes by with its frame headers in a hole.
+  const std::string request = client.headers(3, kRequest, false) + H2Builder::data(3, std::string(5000, 'p'), true);
+  out.send_with_hole(request, 4, 3, 4);
+  EXPECT_EQ(sinks.problems[Problem::desynchronised], 1);
+  in.send(server.headers(3, kSseHead, false), 5);
+  in.send(H2Builder::data(3, "data: x\n\n", true), 6);
+  const StreamLog& s = sinks.streams.at(3);
+  ASSERT_TRUE(s.info);
+  EXPECT_TRUE(s.info->headers_unknown) << "its path is unknown, and the record says so";
+  EXPECT_EQ(s.target, "");
+  EXPECT_EQ(s.info->status, 200);
+  EXPECT_EQ(s.events, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(s.end, ResponseEnd::complete);
+}
+
+TEST_F(Http2Session, RequestBlockCutByAHoleLeavesTheResponsesHeadersUnknown) {
+  client_start(1);
+  H2Fields long_request = kRequest;
+  long_request.push_back({"x-trace", std::string(400, 'q')});
+  const std::string frame = client.headers(3, long_request, true);
+  out.send_with_hole(frame, 12, 2, 4);  // the frame header read, its block cut
+  EXPECT_EQ(sinks.problems[Problem::desynchronised], 0);
+  in.send(server.headers(3, kSseHead, false), 5);
+  in.send(H2Builder::data(3, "data: y\n\n", true), 6);
+  const StreamLog& s = sinks.streams.at(3);
+  ASSERT_TRUE(s.info);
+  EXPECT_TRUE(s.info->headers_unknown);
+  EXPECT_EQ(s.target, "") << "never guessed";
+  EXPECT_EQ(s.info->status, 200) << "the response's own block was read";
+  EXPECT_EQ(s.events, (std::vector<std::string>{"y"}));
+}
+
 TEST_F(Http2Session, JoinedMidConnectionTimesDataByStreamAndNeverGuessesAPath) {
   // The agent started after stream 5 began: its first bytes are event DATA.
   const std::string frame = H2Builder::data(5, "data: late\n\n", false);
