@@ -126,7 +126,7 @@ $(OUT)/send-loop: $(OUT)/obj/userspace/tools/send_loop.o
 	$(CXX) $(CXXFLAGS) $^ -o $@ -pthread
 
 $(OUT)/tls-fault-peer: $(OUT)/obj/userspace/tools/tls_fault_peer.o
-	$(CXX) $(CXXFLAGS) $^ -o $@ -lssl -lcrypto
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ -o $@ -lssl -lcrypto
 
 $(OUT)/unit_tests: $(UNIT_OBJS) $(LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main -lbrotlienc $(LDLIBS)
