@@ -30,9 +30,12 @@ work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
 agent_pid=
+# AGENT_BASELINE=path/to/an/older/infertapd: sections 6 and 6b also run it,
+# alternating with this build, so the two compare within one run.
+agent_bin=build/infertapd
 agent_on() {  # $1 = attach method, then extra infertapd flags
   rm -f "$work/ready"
-  build/infertapd --attach "$@" -o /dev/null --socket "" --metrics-listen "" --ready-file "$work/ready" 2>"$work/agent.log" &
+  "$agent_bin" --attach "$@" -o /dev/null --socket "" --metrics-listen "" --ready-file "$work/ready" 2>"$work/agent.log" &
   agent_pid=$!
   for _ in $(seq 200); do [ -e "$work/ready" ] && return; sleep 0.05; done
   cat "$work/agent.log" >&2; exit 1
@@ -217,6 +220,7 @@ print("%.0f %d" % (events / ((end - start) / 1e9), events))' "$@"
 tls_case() {
   local port spid ticks a0=0 a1=0 b0=0 b1=0 clients=() rate
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  [ "$1" = base ] && agent_bin=$AGENT_BASELINE  # a subshell: it does not leak
   [ "$1" = off ] || agent_on sock
   python3 "$tls_peer" server --port "$port" --cert "$work/tls.crt" --key "$work/tls.key" --ttft-ms 0 --itl-ms 1 \
     >"$work/tls_server.out" 2>&1 &
@@ -238,11 +242,18 @@ tls_case() {
   echo "$rate" | awk -v t="$ticks" -v a=$((a1 - a0)) -v b=$((b1 - b0)) -v hz="$(getconf CLK_TCK)" \
     '{printf "%.0f %.2f %.2f %.2f\n", $1, t/hz*1e6/$2, a/hz*1e6/$2, b/1e3/$2}'
 }
-toff=(); ton=()
-for _ in $(seq "$REPS_TLS"); do toff+=("$(tls_case off)"); ton+=("$(tls_case on)"); done
+toff=(); ton=(); tbase=()
+for _ in $(seq "$REPS_TLS"); do
+  toff+=("$(tls_case off)"); ton+=("$(tls_case on)")
+  [ -z "${AGENT_BASELINE:-}" ] || tbase+=("$(tls_case base)")
+done
 o=$(col 1 "${toff[@]}"); k=$(col 1 "${ton[@]}"); oc=$(col 2 "${toff[@]}"); kc=$(col 2 "${ton[@]}")
 echo "    agent off: delivered $o/s (runs $(spread 1 "${toff[@]}")), server CPU/event $oc us"
 echo "    agent on:  delivered $k/s (runs $(spread 1 "${ton[@]}")), server CPU/event $kc us; ratio $(awk -v o="$o" -v k="$k" 'BEGIN {printf "%.3f", k/o}'); median of $REPS_TLS alternations"
+if [ -n "${AGENT_BASELINE:-}" ]; then
+  b=$(col 1 "${tbase[@]}"); bc=$(col 2 "${tbase[@]}")
+  echo "    baseline agent on ($AGENT_BASELINE): delivered $b/s (runs $(spread 1 "${tbase[@]}")), server CPU/event $bc us; ratio $(awk -v o="$o" -v k="$b" 'BEGIN {printf "%.3f", k/o}')"
+fi
 # The cost pass: agent CPU and BPF run time per token event, and each
 # program's run time per call (kernel.bpf_stats_enabled).
 stats_before=$(sysctl -n kernel.bpf_stats_enabled)
@@ -259,8 +270,8 @@ echo "== 6b. a libssl user: TLS writes of 256 non-HTTP bytes in one process (tls
 # probes: this one has no breakpoint at all); "targeted": agent --pid of this
 # process (its own probes; its connection muted as not HTTP).
 loop() { python3 "$tls_peer" loop --cert "$work/tls.crt" --key "$work/tls.key" --seconds "$SECONDS_PER_RUN" | jq .writes_per_sec; }
-loop_targeted() {  # the loop connects, the agent starts with its pid, then it writes
-  local pid
+loop_targeted() {  # the loop connects, the agent starts with its pid, then it writes; $1 = agent binary
+  local pid agent_bin=${1:-build/infertapd}
   rm -f "$work/loop.ready" "$work/loop.go"
   python3 "$tls_peer" loop --cert "$work/tls.crt" --key "$work/tls.key" --seconds "$SECONDS_PER_RUN" \
     --ready-file "$work/loop.ready" --go-file "$work/loop.go" >"$work/loop.out" &
@@ -270,12 +281,13 @@ loop_targeted() {  # the loop connects, the agent starts with its pid, then it w
   touch "$work/loop.go"; wait "$pid"; agent_off
   jq .writes_per_sec "$work/loop.out"
 }
-loff=(); lmuted=(); luntraced=(); ltargeted=()
+loff=(); lmuted=(); luntraced=(); ltargeted=(); lbase=()
 for _ in $(seq "$REPS"); do
   loff+=("$(loop)")
   agent_on sock; lmuted+=("$(loop)"); agent_off
   agent_on sock --pid 1; luntraced+=("$(loop)"); agent_off
   ltargeted+=("$(loop_targeted)")
+  [ -z "${AGENT_BASELINE:-}" ] || lbase+=("$(loop_targeted "$AGENT_BASELINE")")
 done
 lo=$(printf '%s\n' "${loff[@]}" | median); lm=$(printf '%s\n' "${lmuted[@]}" | median)
 lu=$(printf '%s\n' "${luntraced[@]}" | median); lt=$(printf '%s\n' "${ltargeted[@]}" | median)
@@ -284,6 +296,10 @@ awk -v o="$lo" -v m="$lm" -v u="$lu" -v t="$lt" 'BEGIN {
   printf "    untraced (--pid other) %.0f/s ratio %.3f %+.2f us/write\n", u, u/o, 1e6/u - 1e6/o
   printf "    targeted (--pid this, muted: not HTTP) %.0f/s ratio %.3f %+.2f us/write\n", t, t/o, 1e6/t - 1e6/o
   printf "    every process (no --pid, muted: not HTTP) %.0f/s ratio %.3f %+.2f us/write\n", m, m/o, 1e6/m - 1e6/o }'
+if [ -n "${AGENT_BASELINE:-}" ]; then
+  printf '%s\n' "${lbase[@]}" | median | awk -v o="$lo" '{
+    printf "    targeted, baseline agent %.0f/s ratio %.3f %+.2f us/write\n", $1, $1/o, 1e6/$1 - 1e6/o }'
+fi
 fi
 if want 7; then
 echo "== 7. Go crypto/tls: Go clients -> Caddy (Go TLS) -> sample server, 4 streams x 2000 events x 1 ms ITL; per-call cost"

@@ -5,6 +5,7 @@
 #include <libelf.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -87,6 +88,37 @@ FunctionOffsets find_functions(const std::string& path, std::span<const std::str
     scan_symbols(elf.get(), scn, sh, names, result.offsets);
   }
   return result;
+}
+
+ElfCode::ElfCode(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+  if (fd_ < 0 || elf_version(EV_CURRENT) == EV_NONE) return;
+  ElfHandle elf(elf_begin(fd_, ELF_C_READ_MMAP, nullptr), elf_end);
+  GElf_Ehdr eh;
+  if (!elf || elf_kind(elf.get()) != ELF_K_ELF || !gelf_getehdr(elf.get(), &eh)) return;
+  x86_64_ = eh.e_machine == EM_X86_64;
+  std::size_t count = 0;
+  if (elf_getphdrnum(elf.get(), &count) != 0) return;
+  for (std::size_t i = 0; i < count; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(elf.get(), static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
+      segments_.push_back({ph.p_offset, ph.p_filesz});
+  }
+}
+
+ElfCode::~ElfCode() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::vector<std::uint8_t> ElfCode::bytes(std::uint64_t at, std::size_t max) const {
+  for (const Segment& s : segments_) {
+    if (at < s.offset || at >= s.offset + s.size) continue;
+    std::vector<std::uint8_t> out(std::min<std::uint64_t>(max, s.offset + s.size - at));
+    const ssize_t n = ::pread(fd_, out.data(), out.size(), static_cast<off_t>(at));
+    if (n < 0) return {};
+    out.resize(static_cast<std::size_t>(n));
+    return out;
+  }
+  return {};
 }
 
 }  // namespace infertap::capture

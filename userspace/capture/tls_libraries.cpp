@@ -15,6 +15,7 @@
 
 #include "capture/elf_symbols.h"
 #include "capture/loader.h"
+#include "capture/probe_sites.h"
 
 namespace infertap::capture {
 
@@ -67,6 +68,31 @@ std::string hex(std::uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof(buf), "%llx", static_cast<unsigned long long>(v));
   return buf;
+}
+
+// Moves each direction's probes to where each call traps once
+// (probe_sites.h). Says where, for the attach note ("" when they stay at the
+// public entries).
+std::string place_io_probes(const std::string& path, std::vector<std::uint64_t>& offsets) {
+  const ElfCode elf(path);
+  if (!elf.x86_64()) return "";
+  const CodeAt code = [&elf](std::uint64_t at) { return elf.bytes(at, 512); };
+  std::string where;
+  const struct {
+    Function plain, ex;
+    const char* name;
+  } pairs[] = {{kWrite, kWriteEx, "SSL_write"}, {kRead, kReadEx, "SSL_read"}};
+  for (const auto& pair : pairs) {
+    const TlsIoSites sites = cheap_tls_io_sites(code, {offsets[pair.plain], offsets[pair.ex]});
+    offsets[pair.plain] = sites.plain;
+    offsets[pair.ex] = sites.ex;
+    if (!sites.shared_body) continue;
+    where += std::string(where.empty() ? "" : "; ") + pair.name + "_ex probed in the body it calls (offset 0x" +
+             hex(sites.ex) + ")" + (sites.plain ? "" : std::string(", which ") + pair.name + " calls too");
+  }
+  for (const Function f : {kFree, kHandshake})
+    if (offsets[f]) offsets[f] = emulated_entry(code(offsets[f]), offsets[f]).value_or(offsets[f]);
+  return where.empty() ? where : where + ": one emulated trap per call";
 }
 
 void destroy_links(std::vector<bpf_link*>& links) {
@@ -233,6 +259,7 @@ void TlsLibraries::inspect(const FileKey& key, const std::string& path, const st
   file.name = name;
   file.offsets = found.offsets;
   if (tls) {
+    file.sites = place_io_probes(path, file.offsets);
     library_names_.push_back(library_label(name));
     file.id = static_cast<std::uint16_t>(library_names_.size());
   }
@@ -252,7 +279,8 @@ void TlsLibraries::inspect(const FileKey& key, const std::string& path, const st
   if (deleted) ++stats_.tls_libraries_deleted;
   note("probing TLS in " + std::string(name) + " as " + library_names_.back(),
        std::string(deleted ? "mapped while deleted or replaced on disk, " : "") + "defines SSL_write and SSL_read (" +
-           shown + (shown == path ? "" : ", read through " + path) + ")");
+           shown + (shown == path ? "" : ", read through " + path) + ")" +
+           (file.sites.empty() ? "" : "; " + file.sites));
 }
 
 // A probed file seen mapped "(deleted)": deleted or replaced on disk after it

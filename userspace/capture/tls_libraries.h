@@ -91,7 +91,8 @@ class TlsLibraries {
   struct File {
     std::uint16_t id = 0;  // TLS library id (the probes' cookie); 0: not a TLS library
     std::string name;      // its file name, for the notes
-    std::vector<std::uint64_t> offsets;  // of kFunctions (0: not defined), for per-process probes
+    std::vector<std::uint64_t> offsets;  // probe sites of kFunctions (0: not probed), for per-process probes
+    std::string sites;  // where the I/O probes went, when not at the public entries (for the notes)
     bool probed = false;   // probed for one process at least (per-process probes)
     std::vector<bpf_link*> links;  // per-file probes
     bool deleted = false;   // probed through a mapping of a file gone from disk
