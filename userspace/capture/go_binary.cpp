@@ -224,6 +224,30 @@ GoArch arch_of(Elf* elf) {
   return GoArch::unknown;
 }
 
+bool starts_with(std::span<const std::uint8_t> code, std::initializer_list<std::uint8_t> bytes) {
+  return code.size() >= bytes.size() && std::equal(bytes.begin(), bytes.end(), code.begin());
+}
+
+}  // namespace
+
+std::uint64_t go_entry_probe_site(std::span<const std::uint8_t> code, std::uint64_t entry) {
+  std::size_t i = 0;
+  bool via_r12 = false;
+  if (starts_with(code, {0x4c, 0x8d, 0x64, 0x24})) {  // lea r12, [rsp+disp8]
+    i = 5, via_r12 = true;
+  } else if (starts_with(code, {0x4c, 0x8d, 0xa4, 0x24})) {  // lea r12, [rsp+disp32]
+    i = 8, via_r12 = true;
+  }
+  if (i >= code.size()) return entry;
+  const std::span<const std::uint8_t> cmp = code.subspan(i);
+  if (!starts_with(cmp, {static_cast<std::uint8_t>(via_r12 ? 0x4d : 0x49), 0x3b, 0x66, 0x10})) return entry;
+  const std::span<const std::uint8_t> jump = cmp.subspan(4);
+  if (starts_with(jump, {0x76}) || starts_with(jump, {0x0f, 0x86})) return entry + i + 4;
+  return entry;
+}
+
+namespace {
+
 bool locate(Elf* elf, GoArch arch, const FunctionRange& r, GoFunction& f, std::string* why) {
   f.entry = file_offset(elf, r.vaddr);
   f.size = r.size;
@@ -234,6 +258,7 @@ bool locate(Elf* elf, GoArch arch, const FunctionRange& r, GoFunction& f, std::s
   }
   f.returns = find_returns(arch, code, f.entry, why);
   if (!why->empty()) return false;
+  f.probe_at = arch == GoArch::amd64 ? go_entry_probe_site(code, f.entry) : f.entry;
   if (f.returns.empty()) *why = "no return instruction found";
   return !f.returns.empty();
 }

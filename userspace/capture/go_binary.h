@@ -19,6 +19,10 @@ enum class GoArch { unknown, amd64, arm64 };
 // One function's code, as uprobes need it: file offsets.
 struct GoFunction {
   std::uint64_t entry = 0;  // file offset of the first instruction; 0: not found
+  // Where the entry probe goes: on amd64 the branch of the stack check that
+  // opens the function (an emulated instruction: one trap, not two; the
+  // arguments are still in their registers), else the entry.
+  std::uint64_t probe_at = 0;
   std::uint64_t size = 0;
   std::vector<std::uint64_t> returns;  // file offsets of its RET instructions
 };
@@ -56,6 +60,11 @@ int go_minor_version(const std::string& version);
 // function's machine code decoded from its first byte. x86-64 needs a real
 // instruction decoder (capstone); arm64 instructions are 4 bytes. An
 // undecodable byte sequence before the end is an error (*error set).
+// The offset of the stack-check branch that opens a Go amd64 function at
+// `entry` (`[lea r12, [rsp-n];] cmp rsp|r12, [r14+16]; jbe`), or `entry`
+// when the code has another shape.
+std::uint64_t go_entry_probe_site(std::span<const std::uint8_t> code, std::uint64_t entry);
+
 std::vector<std::uint64_t> find_returns(GoArch arch, std::span<const std::uint8_t> code, std::uint64_t start_offset,
                                         std::string* error);
 

@@ -167,6 +167,49 @@ TEST_F(GoBinaryTest, GoOlderThan117IsNamedAndNotProbed) {
   EXPECT_EQ(b.write.entry, 0u) << "not looked for";
 }
 
+// The entry probe sits on the stack check's branch, per objdump: the first
+// conditional jump of each function, a few bytes past its entry.
+TEST_F(GoBinaryTest, EntryProbesSitOnTheStackChecksBranch) {
+  const GoBinary b = inspect_go_binary(bin("plain"));
+  ASSERT_EQ(b.problem, "");
+#if defined(__aarch64__)
+  EXPECT_EQ(b.write.probe_at, b.write.entry) << "arm64 probes the entry itself";
+  EXPECT_EQ(b.read.probe_at, b.read.entry);
+#else
+  for (const auto& [f, name] : {std::pair{&b.write, "crypto/tls.(*Conn).Write"}, {&b.read, "crypto/tls.(*Conn).Read"}}) {
+    const std::string text = command_output("objdump -d --no-show-raw-insn '--disassemble=" + std::string(name) +
+                                            "' " + bin("plain") + " | grep -m1 -E '^\\s*[0-9a-f]+:\\s+jbe'");
+    ASSERT_FALSE(text.empty()) << name << ": objdump shows no jbe";
+    const std::uint64_t jbe = std::stoull(text, nullptr, 16);
+    const std::string head = command_output("objdump -d --no-show-raw-insn '--disassemble=" + std::string(name) +
+                                            "' " + bin("plain") + " | grep -m1 -E '^[0-9a-f]+ <'");
+    const std::uint64_t start = std::stoull(head, nullptr, 16);
+    EXPECT_GT(f->probe_at, f->entry) << name;
+    EXPECT_EQ(f->probe_at - f->entry, jbe - start) << name;
+  }
+#endif
+}
+
+TEST(GoBinary, EntryProbeSiteOfEachStackCheckShape) {
+  using B = std::vector<std::uint8_t>;
+  // cmp rsp, [r14+16]; jbe rel32
+  EXPECT_EQ(go_entry_probe_site(B{0x49, 0x3b, 0x66, 0x10, 0x0f, 0x86, 1, 0, 0, 0}, 0x100), 0x104u);
+  // cmp rsp, [r14+16]; jbe rel8
+  EXPECT_EQ(go_entry_probe_site(B{0x49, 0x3b, 0x66, 0x10, 0x76, 0x20}, 0x100), 0x104u);
+  // lea r12, [rsp-0x68]; cmp r12, [r14+16]; jbe
+  EXPECT_EQ(go_entry_probe_site(B{0x4c, 0x8d, 0x64, 0x24, 0x98, 0x4d, 0x3b, 0x66, 0x10, 0x0f, 0x86, 1, 0, 0, 0}, 0x100),
+            0x109u);
+  // lea r12, [rsp-0x1000] (disp32)
+  EXPECT_EQ(go_entry_probe_site(B{0x4c, 0x8d, 0xa4, 0x24, 0, 0xf0, 0xff, 0xff, 0x4d, 0x3b, 0x66, 0x10, 0x76, 9}, 0x100),
+            0x10cu);
+  // Other shapes keep the entry: no stack check (a leaf), a cmp of the
+  // wrong register, a cut buffer.
+  EXPECT_EQ(go_entry_probe_site(B{0x48, 0x83, 0xec, 0x18}, 0x100), 0x100u);
+  EXPECT_EQ(go_entry_probe_site(B{0x4c, 0x8d, 0x64, 0x24, 0x98, 0x49, 0x3b, 0x66, 0x10, 0x76, 9}, 0x100), 0x100u);
+  EXPECT_EQ(go_entry_probe_site(B{0x49, 0x3b, 0x66, 0x10}, 0x100), 0x100u);
+  EXPECT_EQ(go_entry_probe_site(B{}, 0x100), 0x100u);
+}
+
 TEST(GoBinary, NotGoAndBrokenFilesAreToldApart) {
   const GoBinary sh = inspect_go_binary("/bin/sh");
   EXPECT_FALSE(sh.is_go);

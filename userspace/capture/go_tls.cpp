@@ -131,8 +131,8 @@ void GoTls::inspect(Binary& binary, const std::string& path, const std::string& 
 
 // Entry of Write and Read and each of their returns; all or none.
 bool GoTls::attach_all(Binary& binary, const std::string& path, const GoBinary& go, std::string* why) {
-  bool ok = attach(programs_.write_enter, path, go.write.entry, binary, why) &&
-            attach(programs_.read_enter, path, go.read.entry, binary, why);
+  bool ok = attach(programs_.write_enter, path, go.write.probe_at, binary, why) &&
+            attach(programs_.read_enter, path, go.read.probe_at, binary, why);
   for (const GoFunction* f : {&go.write, &go.read})
     for (std::uint64_t ret : f->returns) ok = ok && attach(programs_.ret, path, ret, binary, why);
   if (!ok) {
