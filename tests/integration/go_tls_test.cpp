@@ -5,8 +5,10 @@
 // the system Go, with its own clock readings as ground truth; the same client
 // built with -ldflags='-s -w'; and a Go client killed while probed.
 //
-// Both legs of the clients are HTTP/1.1 (curl --http1.1, Caddy `protocols h1`,
-// the Go client with HTTP/2 off): HTTP/2 is another piece of work.
+// Caddy is driven both ways: HTTP/1.1 (curl --http1.1, `protocols h1`), and
+// HTTP/2 negotiated by ALPN (Node's http2 client with many streams on one
+// connection, curl --http2), its upstream leg HTTP/1.1 either way. The Go
+// client has HTTP/2 off.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,11 +50,26 @@ constexpr const char* kGoClientSource = "tests/support/go_sse_client.go";
 
 std::string brief(const json& r) {
   json b = json::object();
-  for (const char* k : {"role", "comm", "local", "remote", "tls", "tls_library", "end", "content_events", "ttft_ms",
-                        "gateway", "peer_stream_id"})
+  for (const char* k : {"stream_id", "role", "comm", "local", "remote", "tls", "tls_library", "http_version",
+                        "h2_stream_id", "headers_unknown", "end", "content_events", "ttft_ms", "gateway", "delivery"})
     if (r.contains(k)) b[k] = r[k];
   return b.dump();
 }
+
+// The content events of an SSE body as its client received it: events whose
+// delta carries text (the role-only first event and [DONE] do not).
+int content_events_in(const std::string& body) {
+  int n = 0;
+  for (std::size_t at = body.find("\"content\":\""); at != std::string::npos; at = body.find("\"content\":\"", at + 1))
+    if (at + 11 < body.size() && body[at + 11] != '"') ++n;
+  return n;
+}
+
+// One curl through Caddy, as curl saw it.
+struct CurlRun {
+  int local_port = -1;
+  int content_events = -1;
+};
 
 class GoTlsTest : public testing::TlsFixture {
  protected:
@@ -81,72 +99,213 @@ class GoTlsTest : public testing::TlsFixture {
   }
 
   std::uint64_t agent_counter(const std::string& name) const { return kernel_counter(agent_stats(), name); }
+
+  // Caddy terminating TLS (cert.pem) on a free port, speaking `protocols`
+  // ("h1", "h1 h2") to its clients, reverse proxy to the plaintext HTTP/1.1
+  // upstream with every chunk flushed at once (SSE); its port, 0 on failure.
+  std::uint16_t start_caddy(std::uint16_t upstream, const std::string& protocols) {
+    const std::string caddy_bin = testing::find_system_binary("caddy");
+    EXPECT_FALSE(caddy_bin.empty()) << "caddy not installed: run scripts/setup.sh (caddy)";
+    if (caddy_bin.empty()) return 0;
+    const std::uint16_t port = testing::free_port();
+    std::ofstream(path("Caddyfile")) << "{\n  admin off\n  auto_https off\n  storage file_system " << path("caddy-data")
+                                     << "\n  servers {\n    protocols " << protocols << "\n  }\n}\nhttps://localhost:"
+                                     << port << " {\n  tls " << cert() << " " << key() << "\n  reverse_proxy 127.0.0.1:"
+                                     << upstream << " {\n    flush_interval -1\n  }\n}\n";
+    auto caddy = Process::spawn({"/usr/bin/env", "HOME=" + path(""), "XDG_DATA_HOME=" + path("caddy-data"),
+                                 "XDG_CONFIG_HOME=" + path("caddy-config"), caddy_bin, "run", "--config",
+                                 path("Caddyfile"), "--adapter", "caddyfile"},
+                                path("caddy.log"));
+    EXPECT_TRUE(caddy) << "cannot spawn caddy";
+    if (!caddy) return 0;
+    peers_["caddy"].emplace(std::move(*caddy));
+    for (int i = 0; i < 250 && !testing::tcp_connects("127.0.0.1", port); ++i) std::this_thread::sleep_for(20ms);
+    EXPECT_TRUE(testing::tcp_connects("127.0.0.1", port)) << "caddy did not listen:\n" << read_file(path("caddy.log"));
+    return testing::tcp_connects("127.0.0.1", port) ? port : 0;
+  }
+
+  // curl --http1.1 POSTs through Caddy on `port` until `whole` of them got all
+  // `tokens` content events, at most `max_runs`: each run as curl saw it.
+  std::vector<CurlRun> curl_h1_until_whole(std::uint16_t port, int tokens, int whole, int max_runs) {
+    std::vector<CurlRun> runs;
+    for (int got = 0; got < whole && runs.size() < std::size_t(max_runs);) {
+      const int rc = run({"/usr/bin/curl", "--http1.1", "-sSN", "--cacert", cert(), "-o", path("curl.body"), "-w",
+                          "%{local_port}", "-X", "POST", "https://localhost:" + std::to_string(port) + "/v1/chat/completions",
+                          "-H", "Content-Type: application/json", "-d",
+                          R"({"model":"m","stream":true,"max_tokens":)" + std::to_string(tokens) + "}"},
+                         "curl.out");
+      EXPECT_EQ(rc, 0) << read_file(path("curl.out"));
+      if (rc != 0) break;
+      runs.push_back({std::stoi("0" + read_file(path("curl.out"))), content_events_in(read_file(path("curl.body")))});
+      if (runs.back().content_events == tokens) ++got;
+    }
+    return runs;
+  }
 };
 
+// Caddy's downstream leg of one curl run: what that curl received, and, when
+// it was whole, every event joined to the upstream leg.
+void expect_downstream_leg_is_curls(const std::vector<json>& caddy, const CurlRun& c, std::uint16_t caddy_port,
+                                    int tokens) {
+  const auto down = testing::select(caddy, [&](const json& r) { return port_of(r["remote"]) == c.local_port; });
+  ASSERT_EQ(down.size(), 1u) << "Caddy's record of curl's port " << c.local_port;
+  const json& r = down[0];
+  EXPECT_EQ(port_of(r["local"]), caddy_port) << brief(r);
+  EXPECT_TRUE(r["tls"].get<bool>()) << brief(r);
+  EXPECT_EQ(r["tls_library"], "go:caddy") << brief(r);
+  EXPECT_EQ(r["content_events"], c.content_events) << "what its client received: " << brief(r);
+  // Cut short by Caddy: counted as curl saw it; with no event relayed there
+  // is nothing to tell a gateway by, and its legs may be a server and a client.
+  if (c.content_events != tokens) return;
+  EXPECT_TRUE(testing::is_leg(r, "downstream")) << brief(r);
+  if (c.content_events != tokens) return;  // cut short by Caddy: counted as curl saw it, not timed
+  EXPECT_EQ(r["end"], "complete") << brief(r);
+  EXPECT_GE(r["gateway"]["events_matched"].get<int>(), tokens) << "joined to the upstream leg: " << brief(r);
+  std::printf("  caddy TLS downstream: gateway delay p50 %.2f ms p99 %.2f ms, %d events matched\n",
+              r["gateway"]["delay_p50_ms"].get<double>(), r["gateway"]["delay_p99_ms"].get<double>(),
+              r["gateway"]["events_matched"].get<int>());
+}
+
 // curl --http1.1 -> Caddy (Go TLS, HTTP/1.1) -> sample server (plaintext).
+// Caddy 2.6 (Go 1.19) now and then closes its upstream connection right after
+// the response head and ends the response early ("aborting with incomplete
+// response" in its log; seen without the agent and without TLS too, about one
+// request in 15): such a run is checked against what its curl received, and
+// another request is made, until kStreams went through whole.
 TEST_F(GoTlsTest, CaddyTlsDownstreamLegIsTimedAndJoinedToItsUpstream) {
-  constexpr int kStreams = 3, kTokens = 40;
-  ASSERT_FALSE(testing::find_system_binary("caddy").empty()) << "caddy not installed: run scripts/setup.sh (caddy)";
+  constexpr int kStreams = 3, kTokens = 40, kMaxRuns = kStreams + 4;
   testing::SampleServer server(path("server"), {"--ttft-ms", "50", "--itl-ms", "10"});
   ASSERT_TRUE(server.ok()) << server.error();
-  const std::uint16_t caddy_port = testing::free_port();
-  std::ofstream(path("Caddyfile")) << "{\n  admin off\n  auto_https off\n  storage file_system " << path("caddy-data")
-                                   << "\n  servers {\n    protocols h1\n  }\n}\nhttps://localhost:" << caddy_port
-                                   << " {\n  tls " << path("cert.pem") << " " << path("key.pem")
-                                   << "\n  reverse_proxy 127.0.0.1:" << server.port()
-                                   << " {\n    flush_interval -1\n  }\n}\n";
-  auto caddy = Process::spawn({"/usr/bin/env", "HOME=" + path(""), "XDG_DATA_HOME=" + path("caddy-data"),
-                               "XDG_CONFIG_HOME=" + path("caddy-config"), testing::find_system_binary("caddy"), "run",
-                               "--config", path("Caddyfile"), "--adapter", "caddyfile"},
-                              path("caddy.log"));
-  ASSERT_TRUE(caddy) << "cannot spawn caddy";
-  peers_["caddy"].emplace(std::move(*caddy));
-  for (int i = 0; i < 250 && !testing::tcp_connects("127.0.0.1", caddy_port); ++i) std::this_thread::sleep_for(20ms);
-  ASSERT_TRUE(testing::tcp_connects("127.0.0.1", caddy_port)) << "caddy did not listen:\n" << read_file(path("caddy.log"));
-
+  const std::uint16_t caddy_port = start_caddy(server.port(), "h1");
+  ASSERT_NE(caddy_port, 0);
   start_agent_on_ports({server.port(), caddy_port});
-  for (int i = 0; i < kStreams; ++i)
-    ASSERT_EQ(run({"/usr/bin/curl", "--http1.1", "-sSN", "--cacert", path("cert.pem"), "-o", "/dev/null", "-X", "POST",
-                   "https://localhost:" + std::to_string(caddy_port) + "/v1/chat/completions", "-H",
-                   "Content-Type: application/json", "-d",
-                   R"({"model":"m","stream":true,"max_tokens":)" + std::to_string(kTokens) + "}"},
-                  "curl.out"),
-              0)
-        << read_file(path("curl.out"));
+  const std::vector<CurlRun> runs = curl_h1_until_whole(caddy_port, kTokens, kStreams, kMaxRuns);
+  const int whole = std::count_if(runs.begin(), runs.end(), [&](const CurlRun& c) { return c.content_events == kTokens; });
   const auto records = stop_agent_after_joins();
   const std::string agent_log = read_file(path("agent.log"));
+  ASSERT_EQ(whole, kStreams) << "Caddy cut most responses short:\n" << read_file(path("caddy.log"));
+  if (runs.size() > std::size_t(kStreams)) {
+    EXPECT_NE(read_file(path("caddy.log")).find("aborting with incomplete response"), std::string::npos)
+        << "a response cut short that Caddy did not report";
+  }
   EXPECT_NE(agent_log.find("probing Go TLS in caddy as go:caddy"), std::string::npos) << agent_log;
   EXPECT_NE(agent_log.find("from gopclntab"), std::string::npos) << "Debian's caddy is stripped: " << agent_log;
-  const auto legs = where(where(records, "comm", "caddy"), "role", "gateway");
-  ASSERT_EQ(legs.size(), std::size_t(2 * kStreams)) << "both legs of Caddy, per stream:\n" << agent_log;
-  int downstream = 0;
-  for (const auto& r : legs) {
-    ASSERT_TRUE(r["gateway"].is_object()) << brief(r);
-    if (r["gateway"]["leg"] != "downstream") {
-      EXPECT_FALSE(r["tls"].get<bool>()) << "the upstream leg is plaintext: " << brief(r);
-      continue;
-    }
-    ++downstream;
-    EXPECT_EQ(port_of(r["local"]), caddy_port) << brief(r);
-    EXPECT_TRUE(r["tls"].get<bool>()) << brief(r);
-    EXPECT_EQ(r["tls_library"], "go:caddy") << brief(r);
-    EXPECT_EQ(r["content_events"], kTokens) << brief(r);
-    EXPECT_EQ(r["end"], "complete") << brief(r);
-    EXPECT_GE(r["gateway"]["events_matched"].get<int>(), kTokens) << "joined to the upstream leg: " << brief(r);
-    std::printf("  caddy TLS downstream: gateway delay p50 %.2f ms p99 %.2f ms, %d events matched\n",
-                r["gateway"]["delay_p50_ms"].get<double>(), r["gateway"]["delay_p99_ms"].get<double>(),
-                r["gateway"]["events_matched"].get<int>());
-  }
-  EXPECT_EQ(downstream, kStreams);
+  const auto caddy = where(records, "comm", "caddy");
+  ASSERT_EQ(caddy.size(), 2 * runs.size()) << "both legs of Caddy, per request:\n" << agent_log;
+  const auto up = testing::select(caddy, [](const json& r) { return testing::is_leg(r, "upstream"); });
+  EXPECT_GE(up.size(), std::size_t(whole)) << "a gateway's upstream leg per whole request (and per cut one joined)";
+  for (const auto& r : up) EXPECT_FALSE(r["tls"].get<bool>()) << "the upstream leg is plaintext: " << brief(r);
+  for (const CurlRun& c : runs) expect_downstream_leg_is_curls(caddy, c, caddy_port, kTokens);
   const auto servers = where(where(records, "comm", "sample-server"), "role", "server");
-  ASSERT_EQ(servers.size(), std::size_t(kStreams));
+  ASSERT_EQ(servers.size(), runs.size());
   for (const auto& r : servers) {
+    if (r["content_events"] != kTokens) continue;  // one Caddy cut short
     ASSERT_TRUE(r["delivery"].is_object()) << brief(r);
     EXPECT_NE(r["delivery"]["path"].get<std::string>().find("gateway(caddy)"), std::string::npos) << brief(r);
   }
   const auto curls = where(records, "comm", "curl");
-  ASSERT_EQ(curls.size(), std::size_t(kStreams)) << "curl's own view (OpenSSL)";
-  for (const auto& r : curls) EXPECT_EQ(r["content_events"], kTokens) << brief(r);
+  ASSERT_EQ(curls.size(), runs.size()) << "curl's own view (OpenSSL)";
+  for (const auto& r : curls) {
+    const auto it = std::find_if(runs.begin(), runs.end(), [&](const CurlRun& c) { return c.local_port == port_of(r["local"]); });
+    ASSERT_NE(it, runs.end()) << brief(r);
+    EXPECT_EQ(r["content_events"], it->content_events) << brief(r);
+  }
+}
+
+// Each event Caddy wrote on an HTTP/2 stream: on the socket (its TCP
+// sequence), after the upstream leg's read of the same event, and acked after.
+void expect_events_follow_their_upstream(const json& r) {
+  int matched = 0;
+  for (const auto& e : r["timeline"]) {
+    EXPECT_GT(e.value("end_seq", 0u), 0u) << "event " << e["i"] << " without its socket: " << brief(r);
+    if (!e["upstream_ns"].is_number()) continue;
+    ++matched;
+    const std::int64_t ts = e["ts_ns"], upstream = e["upstream_ns"];
+    EXPECT_LE(upstream, ts) << "event " << e["i"] << " written before it was read upstream: " << brief(r);
+    if (e["acked_ns"].is_number()) {
+      EXPECT_GE(e["acked_ns"].get<std::int64_t>(), ts) << "event " << e["i"];
+    }
+  }
+  EXPECT_EQ(matched, r["gateway"].value("events_matched", -1)) << brief(r);
+}
+
+// Caddy's downstream legs over h2: one gateway record per HTTP/2 stream, on
+// Go TLS, each joined to its HTTP/1.1 upstream leg per event.
+void expect_caddy_h2_legs_joined(const std::vector<json>& records, std::uint16_t caddy_port, std::size_t streams,
+                                 int tokens) {
+  const auto caddy = testing::select(records, [](const json& r) { return r.value("comm", "") == "caddy"; });
+  const auto down = testing::select(caddy, [](const json& r) { return testing::is_leg(r, "downstream"); });
+  const auto up = testing::select(caddy, [](const json& r) { return testing::is_leg(r, "upstream"); });
+  ASSERT_EQ(down.size(), streams) << "a downstream leg per HTTP/2 stream";
+  ASSERT_EQ(up.size(), streams) << "an upstream leg per request";
+  const std::set<std::string> up_ids = testing::h1_upstream_ids(up, brief);
+  for (const auto& r : down) {
+    testing::expect_h2_tls_leg_joined(r, caddy_port, up_ids, tokens, brief);
+    if (!r["gateway"].is_object()) continue;
+    EXPECT_EQ(r["tls_library"], "go:caddy") << brief(r);
+    EXPECT_FALSE(r.value("headers_unknown", true)) << "seen from the connection's start: " << brief(r);
+    EXPECT_EQ(r["content_events"], tokens) << brief(r);
+    EXPECT_EQ(r["end"], "complete") << brief(r);
+    EXPECT_EQ(r["method"], "POST") << "its request, read by Go's framer from crypto/tls: " << brief(r);
+    EXPECT_EQ(r["status"], 200) << brief(r);
+    expect_events_follow_their_upstream(r);
+    std::printf("  caddy h2 stream %d: gateway delay p50 %.2f ms p99 %.2f ms, %d events matched\n",
+                testing::h2_stream(r), r["gateway"].value("delay_p50_ms", -1.0), r["gateway"].value("delay_p99_ms", -1.0),
+                r["gateway"].value("events_matched", 0));
+  }
+  const auto servers = testing::select(records, [](const json& r) { return testing::has_role(r, "server"); });
+  ASSERT_EQ(servers.size(), streams);
+  for (const auto& r : servers) {
+    ASSERT_TRUE(r["delivery"].is_object()) << brief(r);
+    EXPECT_NE(r["delivery"].value("path", "").find("gateway(caddy)"), std::string::npos) << brief(r);
+    EXPECT_EQ(testing::stall_causes(r["delivery"]["stalls"]).count("gateway_buffering"), 0u) << "it streams: " << brief(r);
+  }
+}
+
+// Node's http2 client (many concurrent streams on one connection) and curl
+// --http2 -> Caddy (Go TLS, h2 by ALPN) -> sample server (plaintext HTTP/1.1).
+TEST_F(GoTlsTest, CaddyH2StreamsAreEachTimedAndJoinedToTheirUpstream) {
+  constexpr int kNodeStreams = 8, kTokens = 40;
+  testing::SampleServer server(path("server"), {"--ttft-ms", "50", "--itl-ms", "10"});
+  ASSERT_TRUE(server.ok()) << server.error();
+  const std::uint16_t caddy_port = start_caddy(server.port(), "h1 h2");
+  ASSERT_NE(caddy_port, 0);
+  start_agent_on_ports({server.port(), caddy_port});
+  const std::string url = "https://localhost:" + std::to_string(caddy_port);
+  const auto node = run_node_h2_streams(url, kNodeStreams, kTokens, {"--ca", cert()});
+  ASSERT_EQ(run({"/usr/bin/curl", "--http2", "-sSN", "--cacert", cert(), "-o", path("curl.body"), "-w",
+                 "%{http_version}", url + "/v1/chat/completions", "-H", "Content-Type: application/json", "-d",
+                 R"({"model":"curl-h2","stream":true,"max_tokens":)" + std::to_string(kTokens) + "}"},
+                "curl.out"),
+            0)
+      << read_file(path("curl.out"));
+  EXPECT_EQ(read_file(path("curl.out")), "2") << "curl spoke HTTP/2 to Caddy";
+  const auto records = stop_agent_after_joins();
+  const std::string agent_log = read_file(path("agent.log"));
+  EXPECT_NE(agent_log.find("probing Go TLS in caddy as go:caddy"), std::string::npos) << agent_log;
+
+  const std::set<int> node_ids = whole_node_streams(node, kTokens);
+  ASSERT_EQ(node_ids.size(), std::size_t(kNodeStreams)) << "distinct HTTP/2 streams";
+  expect_caddy_h2_legs_joined(records, caddy_port, kNodeStreams + 1, kTokens);
+
+  // Caddy's side of Node's one connection: the same stream ids as the client's.
+  const auto node_records = testing::select(records, [](const json& r) {
+    return testing::has_role(r, "client") && r["comm"] == "node";
+  });
+  ASSERT_EQ(node_records.size(), std::size_t(kNodeStreams)) << "Node's own view (its OpenSSL)";
+  const int node_port = port_of(node_records[0]["local"]);
+  std::set<int> down_ids;
+  for (const auto& r : where(records, "comm", "caddy"))
+    if (testing::is_leg(r, "downstream") && port_of(r["remote"]) == node_port) down_ids.insert(testing::h2_stream(r));
+  EXPECT_EQ(down_ids, node_ids) << "Caddy's streams of Node's connection are Node's stream ids";
+  for (const auto& r : where(records, "comm", "caddy")) {
+    if (!testing::is_leg(r, "downstream")) continue;
+    EXPECT_EQ(r["model"], port_of(r["remote"]) == node_port ? "h2-client" : "curl-h2") << "its request body: " << brief(r);
+  }
+  const auto curls = where(records, "comm", "curl");
+  ASSERT_EQ(curls.size(), 1u) << "curl's own view (OpenSSL)";
+  EXPECT_EQ(curls[0]["http_version"], "2") << brief(curls[0]);
+  EXPECT_EQ(curls[0]["content_events"], kTokens) << brief(curls[0]);
 }
 
 // The Go client's read times against its own clock, one event per TLS record.

@@ -30,6 +30,7 @@
 #include "support/live_test.h"
 #include "support/ndjson.h"
 #include "support/process.h"
+#include "support/records.h"
 #include "support/sample_peers.h"
 #include "support/test_certificate.h"
 
@@ -42,25 +43,11 @@ using testing::Process;
 using testing::read_file;
 
 constexpr const char* kPython = "/usr/bin/python3";  // Debian's: python3-grpcio is installed for it
-constexpr const char* kNodeClient = "tests/support/h2_streams.mjs";
 constexpr const char* kTsharkHelper = "tests/support/tshark_h2.py";
 constexpr const char* kGrpcPeer = "tests/support/grpc_peer.py";
 constexpr const char* kStuckReader = "tests/support/h2_stuck_reader.py";
 constexpr const char* kUpgradeServer = "tests/support/h2c_upgrade_server.py";
 constexpr const char* kGrpcMethod = "/infertap.test.Tokens/Stream";
-
-int endpoint_port(const json& endpoint) {
-  if (!endpoint.is_string()) return -1;
-  const std::string s = endpoint.get<std::string>();
-  return std::stoi(s.substr(s.rfind(':') + 1));
-}
-
-std::set<std::string> stall_causes(const json& stalls) {
-  std::set<std::string> out;
-  if (stalls.is_array())
-    for (const auto& s : stalls) out.insert(s.value("cause", ""));
-  return out;
-}
 
 // The fields a failure message needs, not the whole record with its timeline.
 std::string brief(const json& r) {
@@ -73,17 +60,12 @@ std::string brief(const json& r) {
   return b.dump(1);
 }
 
-std::vector<json> select(const std::vector<json>& records, const std::function<bool(const json&)>& keep) {
-  std::vector<json> out;
-  std::copy_if(records.begin(), records.end(), std::back_inserter(out), keep);
-  return out;
-}
-
-bool has_role(const json& r, const char* role) { return r.value("role", "") == role; }
-bool is_leg(const json& r, const char* leg) {
-  return has_role(r, "gateway") && r["gateway"].is_object() && r["gateway"].value("leg", "") == leg;
-}
-int h2_stream(const json& r) { return r.value("h2_stream_id", json()).is_number() ? r["h2_stream_id"].get<int>() : -1; }
+using testing::h2_stream;
+using testing::has_role;
+using testing::is_leg;
+using testing::port_of;
+using testing::select;
+using testing::stall_causes;
 
 class Http2Test : public testing::LiveTest {
  protected:
@@ -142,25 +124,6 @@ class Http2Test : public testing::LiveTest {
     return json::parse(read_file(path("tshark_h2.json")), nullptr, false);
   }
 
-  // Node's http2 client: `streams` concurrent streams on one connection; its
-  // per-stream lines by stream index.
-  std::vector<json> run_node_streams(const std::string& url, int streams, int tokens, std::vector<std::string> extra,
-                                     const std::string& name = "node") {
-    const std::string node = testing::find_system_binary("node");
-    EXPECT_FALSE(node.empty()) << "node not installed: run scripts/setup.sh (nodejs)";
-    EXPECT_TRUE(std::filesystem::exists(kNodeClient)) << "run from the repository root (" << kNodeClient << ")";
-    if (node.empty()) return {};
-    std::vector<std::string> argv = {node, kNodeClient, url, std::to_string(streams), std::to_string(tokens)};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    EXPECT_EQ(run_to_end(argv, name + ".out"), 0) << read_file(path(name + ".out"));
-    std::vector<json> lines = select(testing::read_ndjson(path(name + ".out")), [](const json& l) {
-      return l.is_object() && l.contains("index");
-    });
-    std::sort(lines.begin(), lines.end(), [](const json& a, const json& b) { return a["index"] < b["index"]; });
-    EXPECT_EQ(lines.size(), std::size_t(streams)) << read_file(path(name + ".out"));
-    return lines;
-  }
-
   std::map<std::string, std::optional<Process>> helpers_;
 };
 
@@ -194,7 +157,7 @@ TEST_P(NginxH2, EachStreamOfOneConnectionIsARecordJoinedToItsUpstream) {
   ASSERT_TRUE(gw->ok());
   start_agent_on_ports({server.port(), gw->port()});
   const std::string url = "https://localhost:" + std::to_string(gw->port());
-  const auto node = run_node_streams(url, kNodeStreams, kTokens, {"--ca", path("cert.pem")});
+  const auto node = run_node_h2_streams(url, kNodeStreams, kTokens, {"--ca", path("cert.pem")});
   ASSERT_EQ(run_to_end({"/usr/bin/curl", "-sSN", "--http2", "--cacert", path("cert.pem"), "--resolve",
                  "localhost:" + std::to_string(gw->port()) + ":127.0.0.1", "-o", path("curl.body"),
                  url + "/v1/chat/completions", "-H", "Content-Type: application/json", "-d",
@@ -204,12 +167,7 @@ TEST_P(NginxH2, EachStreamOfOneConnectionIsARecordJoinedToItsUpstream) {
       << read_file(path("curl.out"));
   const auto records = stop_agent_after_joins();
 
-  std::set<int> node_ids;
-  for (const auto& l : node) {
-    EXPECT_EQ(l["status"], 200) << l;
-    EXPECT_EQ(l["content_events"], kTokens) << "the client's own count: " << l;
-    node_ids.insert(l["stream_id"].get<int>());
-  }
+  const std::set<int> node_ids = whole_node_streams(node, kTokens);
   ASSERT_EQ(node_ids.size(), std::size_t(kNodeStreams)) << "distinct HTTP/2 streams";
   const auto node_records = select(records, [](const json& r) { return has_role(r, "client") && r["comm"] == "node"; });
   ASSERT_EQ(node_records.size(), std::size_t(kNodeStreams)) << "one client record per HTTP/2 stream:\n"
@@ -221,7 +179,7 @@ TEST_P(NginxH2, EachStreamOfOneConnectionIsARecordJoinedToItsUpstream) {
     EXPECT_FALSE(r.value("headers_unknown", true)) << "seen from the connection's start: " << brief(r);
     expect_events_or_counted_gap(r, kTokens, buffers);
     recorded_ids.insert(h2_stream(r));
-    node_ports.insert(endpoint_port(r["local"]));
+    node_ports.insert(port_of(r["local"]));
   }
   EXPECT_EQ(recorded_ids, node_ids) << "the records' h2_stream_id are the client's stream ids";
   EXPECT_EQ(node_ports.size(), 1u) << "all on ONE connection";
@@ -237,20 +195,8 @@ TEST_P(NginxH2, EachStreamOfOneConnectionIsARecordJoinedToItsUpstream) {
   const auto up = select(records, [](const json& r) { return is_leg(r, "upstream"); });
   ASSERT_EQ(down.size(), std::size_t(kNodeStreams + 1)) << read_file(path("agent.log"));
   ASSERT_EQ(up.size(), std::size_t(kNodeStreams + 1));
-  std::set<std::string> up_ids;
-  for (const auto& r : up) {
-    EXPECT_EQ(r["http_version"], "1.1") << brief(r);
-    EXPECT_FALSE(r.value("tls", true)) << brief(r);
-    up_ids.insert(r.value("stream_id", ""));
-  }
-  for (const auto& r : down) {
-    EXPECT_EQ(r["http_version"], "2") << brief(r);
-    EXPECT_TRUE(r.value("tls", false)) << brief(r);
-    EXPECT_GT(h2_stream(r), 0) << brief(r);
-    EXPECT_EQ(endpoint_port(r["local"]), gw->port()) << brief(r);
-    EXPECT_EQ(up_ids.count(r["gateway"].value("peer_stream_id", "")), 1u) << "joined to an upstream leg: " << brief(r);
-    EXPECT_GE(r["gateway"].value("events_matched", 0), 10) << brief(r);
-  }
+  const std::set<std::string> up_ids = testing::h1_upstream_ids(up, brief);
+  for (const auto& r : down) testing::expect_h2_tls_leg_joined(r, gw->port(), up_ids, 10, brief);
 
   const auto servers = select(records, [](const json& r) { return has_role(r, "server"); });
   ASSERT_EQ(servers.size(), std::size_t(kNodeStreams + 1));
@@ -280,7 +226,7 @@ TEST_F(Http2Test, StallInjectedUpstreamIsOnItsHttp2StreamAndNoOther) {
   const auto gw = nginx_h2(testing::NginxMode::streaming, server.port(), true);
   ASSERT_TRUE(gw->ok());
   start_agent_on_ports({server.port(), gw->port()});
-  const auto node = run_node_streams("https://localhost:" + std::to_string(gw->port()), kStreams, kTokens,
+  const auto node = run_node_h2_streams("https://localhost:" + std::to_string(gw->port()), kStreams, kTokens,
                                      {"--ca", path("cert.pem"), "--pause-stream", std::to_string(kStalled),
                                       "--pause-after", "12", "--pause-ms", "300"});
   ASSERT_EQ(node.size(), std::size_t(kStreams));
@@ -402,7 +348,7 @@ void expect_both_ends_match_tshark(const std::vector<json>& records, const json&
       EXPECT_EQ(r["http_version"], "2") << brief(r);
       EXPECT_EQ(r.value("tls", !tls), tls) << brief(r);
       if (content_events >= 0) EXPECT_EQ(r.value("content_events", -1), content_events) << brief(r);
-      const int client_port = endpoint_port(has_role(r, "client") ? r["local"] : r["remote"]);
+      const int client_port = port_of(has_role(r, "client") ? r["local"] : r["remote"]);
       auto it = oracle.find({client_port, h2_stream(r)});
       ASSERT_NE(it, oracle.end()) << "tshark has no such stream: " << brief(r);
       expect_matches_tshark(r, it->second, !tls);
@@ -428,7 +374,7 @@ TEST_F(Http2Test, H2cPriorKnowledgeFramesAndSequencesAreTsharks) {
                   "curl.out"),
               0)
         << read_file(path("curl.out"));
-  run_node_streams(url, kNodeStreams, kTokens, {});
+  run_node_h2_streams(url, kNodeStreams, kTokens, {});
   capture.stop();
   const auto records = stop_agent_after_joins();
   const json dissected = dissect_capture(path("h2c.pcap"), gw->port());
@@ -615,7 +561,7 @@ TEST_F(Http2Test, StreamWindowHeldAtZeroIsBackpressureOnThatStreamOnly) {
   const auto records = stop_agent_after_joins();  // a clean exit: no crash on the held window
   ASSERT_TRUE(gw->running()) << "nginx survived the client";
   const auto down = select(records, [&](const json& r) {
-    return is_leg(r, "downstream") && endpoint_port(r["remote"]) == out["local_port"].get<int>();
+    return is_leg(r, "downstream") && port_of(r["remote"]) == out["local_port"].get<int>();
   });
   ASSERT_EQ(down.size(), 2u) << "nginx's h2c leg of both streams:\n" << read_file(path("agent.log"));
   for (const auto& r : down) {

@@ -7,16 +7,21 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "support/gateways.h"
 #include "support/ndjson.h"
 #include "support/process.h"
+#include "support/records.h"
 
 namespace infertap::testing {
 
@@ -86,6 +91,39 @@ class LiveTest : public ::testing::Test {
     EXPECT_TRUE(st) << argv[0] << " did not end within " << timeout.count() << " ms";
     if (!st) p->stop(std::chrono::seconds(1));
     return st && WIFEXITED(*st) ? WEXITSTATUS(*st) : -1;
+  }
+
+  // Node's http2 client (tests/support/h2_streams.mjs): `streams` concurrent
+  // streams on one connection to `url`; its per-stream lines by stream index,
+  // from the scratch file NAME.out.
+  std::vector<nlohmann::json> run_node_h2_streams(const std::string& url, int streams, int tokens,
+                                                  const std::vector<std::string>& extra, const std::string& name = "node") {
+    constexpr const char* kNodeClient = "tests/support/h2_streams.mjs";
+    const std::string node = find_system_binary("node");
+    EXPECT_FALSE(node.empty()) << "node not installed: run scripts/setup.sh (nodejs)";
+    EXPECT_TRUE(std::filesystem::exists(kNodeClient)) << "run from the repository root (" << kNodeClient << ")";
+    if (node.empty()) return {};
+    std::vector<std::string> argv = {node, kNodeClient, url, std::to_string(streams), std::to_string(tokens)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    EXPECT_EQ(run_to_end(argv, name + ".out"), 0) << read_file(path(name + ".out"));
+    std::vector<nlohmann::json> lines = select(read_ndjson(path(name + ".out")), [](const nlohmann::json& l) {
+      return l.is_object() && l.contains("index");
+    });
+    std::sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a["index"] < b["index"]; });
+    EXPECT_EQ(lines.size(), std::size_t(streams)) << read_file(path(name + ".out"));
+    return lines;
+  }
+
+  // The stream ids of Node's lines, each stream whole by Node's own count
+  // (status 200, `tokens` content events).
+  static std::set<int> whole_node_streams(const std::vector<nlohmann::json>& lines, int tokens) {
+    std::set<int> ids;
+    for (const auto& l : lines) {
+      EXPECT_EQ(l["status"], 200) << l;
+      EXPECT_EQ(l["content_events"], tokens) << "the client's own count: " << l;
+      ids.insert(l["stream_id"].get<int>());
+    }
+    return ids;
   }
 
   std::optional<ScratchDir> scratch_;

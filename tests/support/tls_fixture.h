@@ -22,19 +22,13 @@
 #include "support/live_test.h"
 #include "support/ndjson.h"
 #include "support/process.h"
+#include "support/records.h"
 #include "support/test_certificate.h"
 
 namespace infertap::testing {
 
 inline constexpr const char* kTlsPeer = "tests/support/tls_peer.py";
 inline constexpr const char* kPython = "/usr/bin/python3";
-
-// The port of a record's "host:port" endpoint (-1: none).
-inline int port_of(const nlohmann::json& endpoint) {
-  if (!endpoint.is_string()) return -1;
-  const std::string s = endpoint.get<std::string>();
-  return std::stoi(s.substr(s.rfind(':') + 1));
-}
 
 class TlsFixture : public LiveTest {
  protected:
