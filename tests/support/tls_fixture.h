@@ -36,6 +36,13 @@ inline int port_of(const nlohmann::json& endpoint) {
   return std::stoi(s.substr(s.rfind(':') + 1));
 }
 
+// Did a uprobe ever fire in the process? Its first hit maps the kernel's
+// out-of-line area ("[uprobes]", or "[uprobes-trampoline]"), where return
+// probes return through.
+inline bool has_hit_a_uprobe(int pid) {
+  return read_file("/proc/" + std::to_string(pid) + "/maps").find("[uprobes") != std::string::npos;
+}
+
 class TlsFixture : public LiveTest {
  protected:
   using json = nlohmann::json;
