@@ -332,24 +332,30 @@ echo "== 7b. a Go TLS user: (*Conn).Write of 256 non-HTTP bytes in one process (
 # "untraced": agent --pid of another process (per-process probes: this one has
 # no breakpoint at all); "targeted": agent --pid of this process (its own
 # probes, its connection muted as not HTTP); "every process": no --pid (the
-# executable's probes for all processes, as before per-process Go probes).
+# executable's probes for all processes, as before per-process Go probes);
+# "untraced, --no-tls": the same agent with no uprobe anywhere, to tell what
+# the probes cost an untraced process from what the agent being on costs it.
 mkdir -p "$work/go-loop-src" && cp tests/support/go_tls_loop.go "$work/go-loop-src/main.go"
 (cd "$work/go-loop-src" && HOME="$work" GOCACHE=/tmp/infertap-go-cache GO111MODULE=off GOFLAGS= \
   go build -o "$work/go-tls-loop" main.go)
 go_loop() { "$work/go-tls-loop" "$SECONDS_PER_RUN" | jq .writes_per_sec; }
 go_loop_targeted() { run_targeted "$work/go-tls-loop" "$SECONDS_PER_RUN" "$work/run.ready" "$work/run.go"; }
-goff=(); guntraced=(); gtargeted=(); gevery=()
+goff=(); guntraced=(); gnotls=(); gtargeted=(); gevery=()
 for _ in $(seq "$REPS"); do
   goff+=("$(go_loop)")
   agent_on sock --pid 1; guntraced+=("$(go_loop)"); agent_off
+  agent_on sock --pid 1 --no-tls; gnotls+=("$(go_loop)"); agent_off
   gtargeted+=("$(go_loop_targeted)")
   agent_on sock; gevery+=("$(go_loop)"); agent_off
 done
 go_o=$(printf '%s\n' "${goff[@]}" | median); go_u=$(printf '%s\n' "${guntraced[@]}" | median)
 go_t=$(printf '%s\n' "${gtargeted[@]}" | median); go_e=$(printf '%s\n' "${gevery[@]}" | median)
-awk -v o="$go_o" -v u="$go_u" -v t="$go_t" -v e="$go_e" -v ro="$(spread 1 "${goff[@]}")" -v ru="$(spread 1 "${guntraced[@]}")" 'BEGIN {
+go_n=$(printf '%s\n' "${gnotls[@]}" | median)
+awk -v o="$go_o" -v u="$go_u" -v n="$go_n" -v t="$go_t" -v e="$go_e" -v ro="$(spread 1 "${goff[@]}")" \
+  -v ru="$(spread 1 "${guntraced[@]}")" -v rn="$(spread 1 "${gnotls[@]}")" 'BEGIN {
   printf "    off %.0f writes/s (runs %s)\n", o, ro
   printf "    untraced (--pid other) %.0f/s (runs %s) ratio %.3f %+.2f us/write\n", u, ru, u/o, 1e6/u - 1e6/o
+  printf "    untraced, agent --no-tls (no uprobe anywhere) %.0f/s (runs %s) ratio %.3f; untraced/--no-tls %.3f\n", n, rn, n/o, u/n
   printf "    targeted (--pid this, muted: not HTTP) %.0f/s ratio %.3f %+.2f us/write\n", t, t/o, 1e6/t - 1e6/o
   printf "    every process (no --pid, muted: not HTTP) %.0f/s ratio %.3f %+.2f us/write\n", e, e/o, 1e6/e - 1e6/o }'
 fi
