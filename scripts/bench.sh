@@ -8,7 +8,8 @@
 #  5. memory under load;
 #  6. TLS: a Python ssl SSE server at a high chunk rate (agent off vs on), the
 #     cost per OpenSSL probe, and what an untraced libssl user pays;
-#  7. Go crypto/tls: the cost per call of the Go probes (entry and RET).
+#  7. Go crypto/tls: the cost per call of the Go probes (entry and RET), and
+#     what an untraced Go TLS user pays (agent off vs on, --pid of another process);
 #  8. HTTP/2: nginx http2 (h2c and h2 over TLS) in front of the sample server,
 #     many streams multiplexed on one connection at a high chunk rate, agent off vs on.
 # Needs root. REPS=3 alternations per case by default; SECTIONS="1 3" runs only those.
@@ -41,6 +42,19 @@ agent_on() {  # $1 = attach method, then extra infertapd flags
   cat "$work/agent.log" >&2; exit 1
 }
 agent_off() { kill -TERM "$agent_pid"; wait "$agent_pid" || true; agent_pid=; }
+# A write loop targeted by the agent: runs "$@", which creates $work/run.ready
+# once connected and writes once $work/run.go exists, with the agent on --pid
+# of it in between; prints its writes_per_sec.
+run_targeted() {
+  local pid
+  rm -f "$work/run.ready" "$work/run.go"
+  "$@" >"$work/run.out" &
+  pid=$!
+  for _ in $(seq 200); do [ -e "$work/run.ready" ] && break; sleep 0.05; done
+  agent_on sock --pid "$pid"
+  touch "$work/run.go"; wait "$pid"; agent_off
+  jq .writes_per_sec "$work/run.out"
+}
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # Column $1 of the runs "${@:2}" (space-separated numbers): median, and range.
@@ -271,15 +285,9 @@ echo "== 6b. a libssl user: TLS writes of 256 non-HTTP bytes in one process (tls
 # process (its own probes; its connection muted as not HTTP).
 loop() { python3 "$tls_peer" loop --cert "$work/tls.crt" --key "$work/tls.key" --seconds "$SECONDS_PER_RUN" | jq .writes_per_sec; }
 loop_targeted() {  # the loop connects, the agent starts with its pid, then it writes; $1 = agent binary
-  local pid agent_bin=${1:-build/infertapd}
-  rm -f "$work/loop.ready" "$work/loop.go"
-  python3 "$tls_peer" loop --cert "$work/tls.crt" --key "$work/tls.key" --seconds "$SECONDS_PER_RUN" \
-    --ready-file "$work/loop.ready" --go-file "$work/loop.go" >"$work/loop.out" &
-  pid=$!
-  for _ in $(seq 200); do [ -e "$work/loop.ready" ] && break; sleep 0.05; done
-  agent_on sock --pid "$pid"
-  touch "$work/loop.go"; wait "$pid"; agent_off
-  jq .writes_per_sec "$work/loop.out"
+  local agent_bin=${1:-build/infertapd}
+  run_targeted python3 "$tls_peer" loop --cert "$work/tls.crt" --key "$work/tls.key" --seconds "$SECONDS_PER_RUN" \
+    --ready-file "$work/run.ready" --go-file "$work/run.go"
 }
 loff=(); lmuted=(); luntraced=(); ltargeted=(); lbase=()
 for _ in $(seq "$REPS"); do
@@ -336,6 +344,37 @@ kill -TERM "$cpid" "$upid"; wait "$cpid" "$upid" 2>/dev/null || true
 echo "    events read by the Go clients: $(cat "$work"/go_client_*.ndjson | wc -l)"
 echo "    per call (run time / run count; the uprobe trap itself is not in it):"
 grep -E '^itap_(go_tls|sock)' "$work/go_progs.txt" | awk '{printf "      %-28s %6d ns/call  %8d calls\n", $1, $2, $3}'
+
+echo "== 7b. a Go TLS user: (*Conn).Write of 256 non-HTTP bytes in one process (go-tls-loop), agent off vs on"
+# "untraced": agent --pid of another process (per-process probes: this one has
+# no breakpoint at all); "targeted": agent --pid of this process (its own
+# probes, its connection muted as not HTTP); "every process": no --pid (the
+# executable's probes for all processes, as before per-process Go probes);
+# "untraced, --no-tls": the same agent with no uprobe anywhere, to tell what
+# the probes cost an untraced process from what the agent being on costs it.
+mkdir -p "$work/go-loop-src" && cp tests/support/go_tls_loop.go "$work/go-loop-src/main.go"
+(cd "$work/go-loop-src" && HOME="$work" GOCACHE=/tmp/infertap-go-cache GO111MODULE=off GOFLAGS= \
+  go build -o "$work/go-tls-loop" main.go)
+go_loop() { "$work/go-tls-loop" "$SECONDS_PER_RUN" | jq .writes_per_sec; }
+go_loop_targeted() { run_targeted "$work/go-tls-loop" "$SECONDS_PER_RUN" "$work/run.ready" "$work/run.go"; }
+goff=(); guntraced=(); gnotls=(); gtargeted=(); gevery=()
+for _ in $(seq "$REPS"); do
+  goff+=("$(go_loop)")
+  agent_on sock --pid 1; guntraced+=("$(go_loop)"); agent_off
+  agent_on sock --pid 1 --no-tls; gnotls+=("$(go_loop)"); agent_off
+  gtargeted+=("$(go_loop_targeted)")
+  agent_on sock; gevery+=("$(go_loop)"); agent_off
+done
+go_o=$(printf '%s\n' "${goff[@]}" | median); go_u=$(printf '%s\n' "${guntraced[@]}" | median)
+go_t=$(printf '%s\n' "${gtargeted[@]}" | median); go_e=$(printf '%s\n' "${gevery[@]}" | median)
+go_n=$(printf '%s\n' "${gnotls[@]}" | median)
+awk -v o="$go_o" -v u="$go_u" -v n="$go_n" -v t="$go_t" -v e="$go_e" -v ro="$(spread 1 "${goff[@]}")" \
+  -v ru="$(spread 1 "${guntraced[@]}")" -v rn="$(spread 1 "${gnotls[@]}")" 'BEGIN {
+  printf "    off %.0f writes/s (runs %s)\n", o, ro
+  printf "    untraced (--pid other) %.0f/s (runs %s) ratio %.3f %+.2f us/write\n", u, ru, u/o, 1e6/u - 1e6/o
+  printf "    untraced, agent --no-tls (no uprobe anywhere) %.0f/s (runs %s) ratio %.3f; untraced/--no-tls %.3f\n", n, rn, n/o, u/n
+  printf "    targeted (--pid this, muted: not HTTP) %.0f/s ratio %.3f %+.2f us/write\n", t, t/o, 1e6/t - 1e6/o
+  printf "    every process (no --pid, muted: not HTTP) %.0f/s ratio %.3f %+.2f us/write\n", e, e/o, 1e6/e - 1e6/o }'
 fi
 
 if want 8; then

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "capture/tls_targets.h"
 #include "support/gateways.h"
 #include "support/live_test.h"
 #include "support/ndjson.h"
@@ -42,6 +43,7 @@ using testing::Process;
 using testing::read_file;
 
 using testing::port_of;
+using testing::has_hit_a_uprobe;
 // The Go build cache outlives a run (shared with the unit test of capture/go_binary).
 constexpr const char* kGoCache = "/tmp/infertap-go-cache";
 
@@ -410,6 +412,102 @@ TEST_F(GoTlsTest, GoProcessKilledWhileProbedIsCountedAndReleased) {
   ASSERT_EQ(clients.size(), 1u) << read_file(path("agent.log"));
   EXPECT_GE(clients[0]["content_events"].get<int>(), 5) << brief(clients[0]);
   EXPECT_NE(clients[0]["end"], "complete") << brief(clients[0]);
+}
+
+// ---- targeting names processes: Go probes per process ---------------------------------
+
+// Records of the Go client from process `pid` (the two clients share a comm).
+std::vector<json> records_of(const std::vector<json>& records, int pid) {
+  std::vector<json> out;
+  for (const auto& r : records)
+    if (r.value("comm", "") == "go-sse-client" && r.value("pid", -1) == pid) out.push_back(r);
+  return out;
+}
+
+// Two processes of one Go executable, running before the agent starts; the
+// agent targets one (--pid): only it gets breakpoints and records.
+TEST_F(GoTlsTest, TargetedGoProcessAloneGetsGoTlsProbes) {
+  constexpr int kTokens = 30, kRequests = 2;
+  constexpr auto kDelay = 4s;  // the agent is ready before either client's first TLS call
+  ASSERT_EQ(build_go_client("go-sse-client", false), "");
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "20"}), "");
+  std::vector<std::string> argv = go_client("go-sse-client", port_, kTokens, kRequests);
+  argv.back() = std::to_string(std::chrono::milliseconds(kDelay).count());
+  auto target = Process::spawn(argv, path("target.ndjson"));
+  auto other = Process::spawn(argv, path("other.ndjson"));
+  ASSERT_TRUE(target && other);
+  const auto started = std::chrono::steady_clock::now();
+  start_agent_with({"--socket", "", "--metrics-listen", "", "--pid", std::to_string(target->pid())});
+  ASSERT_LT(std::chrono::steady_clock::now() - started, kDelay) << "the agent took longer to start than the clients wait";
+  for (const char* out : {"target.ndjson", "other.ndjson"})
+    ASSERT_TRUE(testing::wait_for_text(path(out), "\"event_index\":5,", 20s)) << out << ": " << read_file(path(out));
+  EXPECT_TRUE(has_hit_a_uprobe(target->pid())) << "the target's own probes fired";
+  EXPECT_FALSE(has_hit_a_uprobe(other->pid())) << "a Go process that is not a target never traps";
+  for (auto* p : {&target, &other}) {
+    auto st = (*p)->wait(30s);
+    ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_file(path("target.ndjson"));
+  }
+  std::this_thread::sleep_for(1500ms);  // exited processes' probes are released within a second
+  const auto records = stop_agent_after_joins();
+  const std::string log = read_file(path("agent.log"));
+  EXPECT_TRUE(records_of(records, other->pid()).empty()) << "the other client is not a target";
+  EXPECT_TRUE(where(records, "role", "server").empty()) << "the server is not a target";
+  const auto mine = records_of(records, target->pid());
+  ASSERT_EQ(mine.size(), std::size_t(kRequests)) << log;
+  for (const auto& r : mine) {
+    EXPECT_EQ(r["tls_library"], "go:go-sse-client") << brief(r);
+    EXPECT_EQ(r["content_events"], kTokens) << brief(r);
+    EXPECT_EQ(r["end"], "complete") << brief(r);
+  }
+  const json stats = agent_stats();
+  EXPECT_EQ(kernel_counter(stats, "go_tls_processes_probed"), 1u) << stats;
+  EXPECT_EQ(kernel_counter(stats, "go_tls_processes_released"), 1u) << stats;
+  EXPECT_EQ(kernel_counter(stats, "go_tls_attach_failures"), 0u) << stats;
+  EXPECT_NE(log.find("Go TLS probes per targeted process"), std::string::npos) << log;
+  EXPECT_NE(log.find("as go:go-sse-client for process " + std::to_string(target->pid())), std::string::npos) << log;
+}
+
+// A shell that moves itself into the targeted cgroup, then becomes the Go
+// client by exec: probed at its exec signal; the same executable outside the
+// cgroup, running alongside, never traps.
+TEST_F(GoTlsTest, GoProcessExecingIntoATargetedCgroupGetsItsProbesThen) {
+  constexpr int kTokens = 30;
+  const std::string root = capture::cgroup2_mount_point();
+  const std::string name = "/infertap-go-tls-" + std::to_string(getpid()), cgroup = root + name;
+  ASSERT_TRUE(std::filesystem::create_directory(cgroup)) << "cgroup v2 needed (mounted at " << root << ")";
+  ASSERT_EQ(build_go_client("go-sse-client", false), "");
+  ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "20"}), "");
+  std::string client;
+  for (const std::string& arg : go_client("go-sse-client", port_, kTokens, 1)) client += " '" + arg + "'";
+  auto shell = Process::spawn({"/bin/sh", "-c", "while [ ! -e " + path("go") + " ]; do sleep 0.02; done; echo $$ > " +
+                                                    cgroup + "/cgroup.procs && exec" + client},
+                              path("target.ndjson"));
+  ASSERT_TRUE(shell);
+  start_agent_with({"--socket", "", "--metrics-listen", "", "--cgroup", cgroup});
+  auto other = Process::spawn(go_client("go-sse-client", port_, kTokens, 1), path("other.ndjson"));
+  ASSERT_TRUE(other);
+  std::ofstream(path("go")).close();
+  for (const char* out : {"target.ndjson", "other.ndjson"})
+    ASSERT_TRUE(testing::wait_for_text(path(out), "\"event_index\":5,", 20s)) << out << ": " << read_file(path(out));
+  EXPECT_NE(read_file("/proc/" + std::to_string(shell->pid()) + "/cgroup").find("0::" + name), std::string::npos);
+  EXPECT_TRUE(has_hit_a_uprobe(shell->pid())) << "the process in the cgroup has its probes";
+  EXPECT_FALSE(has_hit_a_uprobe(other->pid())) << "the same executable outside the cgroup never traps";
+  for (auto* p : {&shell, &other}) {
+    auto st = (*p)->wait(30s);
+    ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_file(path("target.ndjson"));
+  }
+  const auto records = stop_agent_after_joins();
+  std::filesystem::remove(cgroup);
+  const std::string log = read_file(path("agent.log"));
+  EXPECT_TRUE(records_of(records, other->pid()).empty()) << "the other client is not in the cgroup";
+  const auto mine = records_of(records, shell->pid());
+  ASSERT_EQ(mine.size(), 1u) << log;
+  EXPECT_EQ(mine[0]["content_events"], kTokens) << brief(mine[0]);
+  EXPECT_EQ(mine[0]["end"], "complete") << brief(mine[0]);
+  const json stats = agent_stats();
+  EXPECT_EQ(kernel_counter(stats, "go_tls_processes_probed"), 1u) << stats;
+  EXPECT_NE(log.find("as go:go-sse-client for process " + std::to_string(shell->pid())), std::string::npos) << log;
+  EXPECT_NE(log.find("targeted by --cgroup"), std::string::npos) << log;
 }
 
 }  // namespace

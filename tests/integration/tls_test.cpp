@@ -50,6 +50,7 @@ using testing::command_output;
 using testing::kPython;
 using testing::kTlsPeer;
 using testing::port_of;
+using testing::has_hit_a_uprobe;
 
 constexpr const char* kOpenaiScript = "tests/support/openai_stream.mjs";
 
@@ -782,13 +783,6 @@ TEST_F(TlsFaultTest, RefusedRenegotiationKeepsTheStreamsRecordsRight) {
 }
 
 // ---- targeting names processes: probes per process ------------------------------------
-
-// Did a uprobe ever fire in the process? Its first hit maps the kernel's
-// out-of-line area ("[uprobes]", or "[uprobes-trampoline]"), where return
-// probes return through.
-bool has_hit_a_uprobe(int pid) {
-  return read_file("/proc/" + std::to_string(pid) + "/maps").find("[uprobes") != std::string::npos;
-}
 
 TEST_F(TlsTest, TargetedProcessAloneGetsTlsProbes) {
   ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "5"}), "");

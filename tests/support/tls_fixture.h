@@ -30,6 +30,13 @@ namespace infertap::testing {
 inline constexpr const char* kTlsPeer = "tests/support/tls_peer.py";
 inline constexpr const char* kPython = "/usr/bin/python3";
 
+// Did a uprobe ever fire in the process? Its first hit maps the kernel's
+// out-of-line area ("[uprobes]", or "[uprobes-trampoline]"), where return
+// probes return through.
+inline bool has_hit_a_uprobe(int pid) {
+  return read_file("/proc/" + std::to_string(pid) + "/maps").find("[uprobes") != std::string::npos;
+}
+
 class TlsFixture : public LiveTest {
  protected:
   using json = nlohmann::json;

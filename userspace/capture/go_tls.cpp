@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "capture/go_binary.h"
 #include "capture/loader.h"
@@ -36,6 +37,15 @@ bool exe_key(std::uint32_t pid, std::uint64_t* dev, std::uint64_t* ino) {
   return true;
 }
 
+// The executable's own path, for the notes.
+std::string exe_target(std::uint32_t pid) {
+  char target[4096];
+  const ssize_t n = ::readlink(exe_path(pid).c_str(), target, sizeof(target) - 1);
+  return n > 0 ? std::string(target, static_cast<std::size_t>(n)) : exe_path(pid);
+}
+
+std::string version_text(const GoBinary& go) { return go.version.empty() ? "Go version unknown" : go.version; }
+
 std::string hex(std::uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof(buf), "%llx", static_cast<unsigned long long>(v));
@@ -44,7 +54,12 @@ std::string hex(std::uint64_t v) {
 
 }  // namespace
 
-GoTls::GoTls(const GoTlsPrograms& programs, std::vector<LoadNote>* notes) : programs_(programs), notes_(notes) {}
+GoTls::GoTls(const GoTlsPrograms& programs, std::vector<LoadNote>* notes, TlsTargets targets)
+    : programs_(programs), notes_(notes), targets_(std::move(targets)) {
+  if (targets_.per_process())
+    note("Go TLS probes per targeted process, not per executable",
+         "targeting names processes (" + targets_.narrowed_by() + "): Go programs that are not targets never trap");
+}
 
 GoTls::~GoTls() {
   for (auto& [key, binary] : binaries_) release(binary);
@@ -72,6 +87,8 @@ void GoTls::scan_everything(std::uint64_t now_ns) {
 }
 
 void GoTls::tick(std::uint64_t now_ns) {
+  if (widen_pending_) widen_to_files();
+  processes_.release_exited(now_ns);
   if (now_ns >= next_process_check_ns_) {
     next_process_check_ns_ = now_ns + kProcessCheckNs;
     check_processes();
@@ -81,78 +98,99 @@ void GoTls::tick(std::uint64_t now_ns) {
 
 // Kernel threads and processes gone have no readable executable: nothing to do.
 void GoTls::scan_process(std::uint32_t pid) {
+  if (targets_.per_process() && !targets_.eligible(pid)) return;
   FileKey key;
   if (!exe_key(pid, &key.dev, &key.ino)) return;
   ++stats_.go_tls_process_scans;
   const bool inspected = binaries_.contains(key);
   Binary& binary = binaries_[key];
-  if (!inspected) {
-    char target[4096];
-    const ssize_t n = ::readlink(exe_path(pid).c_str(), target, sizeof(target) - 1);
-    inspect(binary, exe_path(pid), n > 0 ? std::string(target, static_cast<std::size_t>(n)) : exe_path(pid));
-  } else if (binary.id && binary.links.empty()) {
-    std::string why;  // run again after its probes were released
-    const GoBinary go = inspect_go_binary(exe_path(pid));
-    if (go.problem.empty() && !attach_all(binary, exe_path(pid), go, &why)) ++stats_.go_tls_attach_failures;
-  }
+  if (inspected && !binary.id) return;  // not Go, or not probed
+  const std::string shown = exe_target(pid);
+  std::optional<GoBinary> first_read;
+  if (!inspected && !admit(binary, first_read.emplace(inspect_go_binary(exe_path(pid))), shown)) return;
+  probe(binary, key, pid, shown, first_read ? &*first_read : nullptr);
   if (binary.links.empty() || binary.pids.size() >= kMaxPidsPerBinary) return;
   if (std::find(binary.pids.begin(), binary.pids.end(), pid) == binary.pids.end()) binary.pids.push_back(pid);
 }
 
-// `path` opens the file; `shown` is the executable's own path (for the notes).
-void GoTls::inspect(Binary& binary, const std::string& path, const std::string& shown) {
-  const GoBinary go = inspect_go_binary(path);
-  if (!go.is_go) return;
-  const std::string name(base_name(shown));
-  const std::string version = go.version.empty() ? "Go version unknown" : go.version;
+// A Go executable seen for the first time gets its library id, or is named
+// and counted when it cannot be probed; false when it is not probed.
+bool GoTls::admit(Binary& binary, const GoBinary& go, const std::string& shown) {
+  if (!go.is_go) return false;
+  const std::string version = version_text(go);
   if (!go.problem.empty()) {
     ++stats_.go_tls_binaries_skipped;
     note("Go TLS of " + shown + " (" + version + ") not probed: its TLS streams are not seen", go.problem);
-    return;
+    return false;
   }
   if (names_.size() >= kMaxGoBinaries) {
     ++stats_.go_tls_attach_failures;
     note("Go TLS of " + shown + " not probed", "already " + std::to_string(kMaxGoBinaries) + " Go executables probed");
-    return;
+    return false;
   }
-  names_.push_back("go:" + name);
+  names_.push_back("go:" + std::string(base_name(shown)));
   binary.id = static_cast<std::uint16_t>(kFirstId + names_.size() - 1);
-  std::string why;
-  if (!attach_all(binary, path, go, &why)) {
-    ++stats_.go_tls_attach_failures;
-    note("Go TLS of " + shown + " (" + version + ") not probed: its TLS streams are not seen", why);
-    return;
-  }
-  ++stats_.go_tls_binaries_attached;
-  note("probing Go TLS in " + name + " as " + names_.back(),
-       version + ", crypto/tls.(*Conn).Write/Read from " + go.symbols_from + ", " +
-           std::to_string(go.write.returns.size() + go.read.returns.size()) + " RET probes (" + shown + ")");
+  return true;
 }
 
-// Entry of Write and Read and each of their returns; all or none.
-bool GoTls::attach_all(Binary& binary, const std::string& path, const GoBinary& go, std::string* why) {
-  bool ok = attach(programs_.write_enter, path, go.write.probe_at, binary, why) &&
-            attach(programs_.read_enter, path, go.read.probe_at, binary, why);
+// The probes `pid` needs: its own when targeting names processes, else the
+// executable's for every process (once, again after a release). The file is
+// read again each time (unless just read): its inode may hold another file by now.
+void GoTls::probe(Binary& binary, const FileKey& key, std::uint32_t pid, const std::string& shown,
+                  const GoBinary* just_read) {
+  const bool own = targets_.per_process();
+  std::vector<bpf_link*>* links = own ? processes_.links_for(pid, key) : binary.links.empty() ? &binary.links : nullptr;
+  if (!links) {
+    if (processes_.full()) widen_pending_ = true;
+    return;
+  }
+  std::optional<GoBinary> read_now;
+  const GoBinary& go = just_read ? *just_read : read_now.emplace(inspect_go_binary(exe_path(pid)));
+  if (!go.problem.empty() || !go.is_go) return;
+  const std::string name(library_name(binary.id));
+  const std::string who = own ? " for process " + std::to_string(pid) : "";
+  std::string why;
+  if (!attach_all(binary, exe_path(pid), go, own ? static_cast<int>(pid) : -1, *links, &why)) {
+    ++stats_.go_tls_attach_failures;
+    note("Go TLS of " + shown + " (" + version_text(go) + ") not probed" + who + ": its TLS streams are not seen", why);
+    return;
+  }
+  const bool first = !binary.probed;
+  binary.probed = true;
+  if (first) ++stats_.go_tls_binaries_attached;
+  if (!first && !own) return;  // attached again after a release: noted once
+  note("probing Go TLS in " + std::string(base_name(shown)) + " as " + name + who,
+       (own ? "targeted by " + targets_.narrowed_by() + ", " : "") + version_text(go) + ", crypto/tls.(*Conn).Write/Read from " +
+           go.symbols_from + ", " + std::to_string(go.write.returns.size() + go.read.returns.size()) + " RET probes (" +
+           shown + ")");
+}
+
+// Entry of Write and Read and each of their returns; all or none. pid -1:
+// for every process.
+bool GoTls::attach_all(const Binary& binary, const std::string& path, const GoBinary& go, int pid,
+                       std::vector<bpf_link*>& links, std::string* why) {
+  bool ok = attach(programs_.write_enter, path, go.write.probe_at, binary.id, pid, links, why) &&
+            attach(programs_.read_enter, path, go.read.probe_at, binary.id, pid, links, why);
   for (const GoFunction* f : {&go.write, &go.read})
-    for (std::uint64_t ret : f->returns) ok = ok && attach(programs_.ret, path, ret, binary, why);
+    for (std::uint64_t ret : f->returns) ok = ok && attach(programs_.ret, path, ret, binary.id, pid, links, why);
   if (!ok) {
-    release(binary);
+    destroy_links(links);
     return false;
   }
   stats_.go_tls_return_probes += go.write.returns.size() + go.read.returns.size();
   return true;
 }
 
-bool GoTls::attach(bpf_program* prog, const std::string& path, std::uint64_t offset, Binary& binary,
-                   std::string* why) {
-  LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = binary.id, .retprobe = false);
-  bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), static_cast<std::size_t>(offset), &opts);
+bool GoTls::attach(bpf_program* prog, const std::string& path, std::uint64_t offset, std::uint16_t id, int pid,
+                   std::vector<bpf_link*>& links, std::string* why) {
+  LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = id, .retprobe = false);
+  bpf_link* link = bpf_program__attach_uprobe_opts(prog, pid, path.c_str(), static_cast<std::size_t>(offset), &opts);
   if (!link) {
     const int err = errno;
     *why = std::string(bpf_program__name(prog)) + " at offset 0x" + hex(offset) + ": " + std::strerror(err);
     return false;
   }
-  binary.links.push_back(link);
+  links.push_back(link);
   return true;
 }
 
@@ -175,9 +213,18 @@ void GoTls::check_processes() {
   }
 }
 
-void GoTls::release(Binary& binary) {
-  for (bpf_link* link : binary.links) bpf_link__destroy(link);
-  binary.links.clear();
+void GoTls::release(Binary& binary) { destroy_links(binary.links); }
+
+// Too many targeted Go processes: every Go executable is probed once for all
+// processes from the next rescan on (the kernel's filters still decide what
+// is traced).
+void GoTls::widen_to_files() {
+  widen_pending_ = false;
+  targets_.widen();
+  processes_.clear();
+  next_full_scan_ns_ = 0;
+  note("Go TLS probes per executable from now on: Go programs that are not targets trap too",
+       "more than " + std::to_string(ProcessProbes::kMaxProcesses) + " targeted Go processes to probe one by one");
 }
 
 }  // namespace infertap::capture

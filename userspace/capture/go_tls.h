@@ -6,6 +6,9 @@
 // (capture/go_binary.h). A Go binary that cannot be probed (too old,
 // unsupported, its functions not found) is named in a note and counted. Once
 // no process runs a probed executable any more its probes are released.
+// When targeting names processes (capture/tls_targets.h) each eligible Go
+// process gets probes of its own instead, as the OpenSSL ones: a Go program
+// that is not a target never traps.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "base/counter.h"
+#include "capture/tls_targets.h"
 
 struct bpf_program;
 struct bpf_link;
@@ -22,6 +26,7 @@ struct bpf_link;
 namespace infertap::capture {
 
 struct LoadNote;
+struct GoBinary;
 
 // The programs of bpf/programs/tls/go.bpf.c (loaded, not attached).
 struct GoTlsPrograms {
@@ -37,7 +42,9 @@ struct GoTlsPrograms {
   X(go_tls_return_probes, "uprobes placed on RET instructions of crypto/tls.(*Conn).Write/Read")                    \
   X(go_tls_processes_exited, "processes running a probed Go executable seen gone")                                  \
   X(go_tls_binaries_released, "probes released from Go executables no process runs any more")                       \
-  X(go_tls_process_scans, "process executables read to find Go TLS")
+  X(go_tls_process_scans, "process executables read to find Go TLS")                                                \
+  X(go_tls_processes_probed, "targeted Go processes given crypto/tls probes of their own (targeting names processes)") \
+  X(go_tls_processes_released, "per-process Go TLS probes released after their process exited")
 
 struct GoTlsStats {
 #define GO_TLS_FIELD(name, help) std::uint64_t name = 0;
@@ -58,7 +65,7 @@ class GoTls {
   static constexpr std::uint16_t kFirstId = 0x8000;
   static bool is_go_id(std::uint16_t id) { return id >= kFirstId; }
 
-  GoTls(const GoTlsPrograms& programs, std::vector<LoadNote>* notes);
+  GoTls(const GoTlsPrograms& programs, std::vector<LoadNote>* notes, TlsTargets targets = {});
   ~GoTls();
   GoTls(const GoTls&) = delete;
   GoTls& operator=(const GoTls&) = delete;
@@ -73,21 +80,22 @@ class GoTls {
   const GoTlsStats& stats() const { return stats_; }
 
  private:
-  struct FileKey {
-    std::uint64_t dev = 0, ino = 0;
-    auto operator<=>(const FileKey&) const = default;
-  };
   struct Binary {
     std::uint16_t id = 0;  // 0: not probed (not Go, or skipped)
-    std::vector<bpf_link*> links;
+    bool probed = false;   // probed once at least (counted, noted)
+    std::vector<bpf_link*> links;  // per-file probes
     std::vector<std::uint32_t> pids;  // processes seen running it (probed ones only)
   };
 
   void scan_process(std::uint32_t pid);
-  void inspect(Binary& binary, const std::string& path, const std::string& shown);
-  bool attach_all(Binary& binary, const std::string& path, const struct GoBinary& go, std::string* why);
-  bool attach(bpf_program* prog, const std::string& path, std::uint64_t offset, Binary& binary, std::string* why);
+  bool admit(Binary& binary, const GoBinary& go, const std::string& shown);
+  void probe(Binary& binary, const FileKey& key, std::uint32_t pid, const std::string& shown, const GoBinary* just_read);
+  bool attach_all(const Binary& binary, const std::string& path, const GoBinary& go, int pid,
+                  std::vector<bpf_link*>& links, std::string* why);
+  bool attach(bpf_program* prog, const std::string& path, std::uint64_t offset, std::uint16_t id, int pid,
+              std::vector<bpf_link*>& links, std::string* why);
   void check_processes();
+  void widen_to_files();
   void release(Binary& binary);
   void note(std::string what, std::string why);
 
@@ -97,7 +105,10 @@ class GoTls {
   std::vector<std::string> names_;      // by id - kFirstId
   std::uint64_t next_full_scan_ns_ = 0;
   std::uint64_t next_process_check_ns_ = 0;
+  TlsTargets targets_;
+  bool widen_pending_ = false;  // too many processes: per-file probes at the next tick
   GoTlsStats stats_;
+  ProcessProbes processes_{&stats_.go_tls_processes_probed, &stats_.go_tls_processes_released};
 };
 
 }  // namespace infertap::capture

@@ -610,7 +610,7 @@ void start_tls(const CaptureConfig& config, Capture::Impl& impl) {
   impl.tls = std::make_unique<TlsLibraries>(programs, &impl.notes, targets);
   impl.tls->scan_everything(base::monotonic_ns());
   impl.go_tls = std::make_unique<GoTls>(
-      GoTlsPrograms{p.itap_go_tls_write_enter, p.itap_go_tls_read_enter, p.itap_go_tls_return}, &impl.notes);
+      GoTlsPrograms{p.itap_go_tls_write_enter, p.itap_go_tls_read_enter, p.itap_go_tls_return}, &impl.notes, targets);
   impl.go_tls->scan_everything(base::monotonic_ns());
 }
 

@@ -44,11 +44,6 @@ constexpr std::size_t kMaxPendingScans = 4096;
 constexpr std::uint64_t kDeletedMapperCheckNs = 1'000'000'000ull;
 constexpr std::size_t kMaxDeletedMappers = 64;
 constexpr std::size_t kMaxTlsLibraries = 1024;
-// Per-process probes: how often exited processes' probes are released, and
-// how many processes are probed one by one (each holds ~10 perf events) before
-// every library file is probed once for all instead.
-constexpr std::uint64_t kProcessCheckNs = 1'000'000'000ull;
-constexpr std::size_t kMaxProbedProcesses = 64;
 
 bool is_openssl_name(std::string_view name) { return name.rfind("libssl.so", 0) == 0; }
 
@@ -95,11 +90,6 @@ std::string place_io_probes(const std::string& path, std::vector<std::uint64_t>&
   return where.empty() ? where : where + ": one emulated trap per call";
 }
 
-void destroy_links(std::vector<bpf_link*>& links) {
-  for (bpf_link* link : links) bpf_link__destroy(link);
-  links.clear();
-}
-
 bool numeric(const char* name) {
   if (!*name) return false;
   for (const char* p = name; *p; ++p)
@@ -121,8 +111,6 @@ TlsLibraries::TlsLibraries(const TlsPrograms& programs, std::vector<LoadNote>* n
 
 TlsLibraries::~TlsLibraries() {
   for (auto& [key, file] : files_) destroy_links(file.links);
-  for (auto& [pid, process] : processes_)
-    for (auto& [key, links] : process.links) destroy_links(links);
 }
 
 std::string_view TlsLibraries::library_name(std::uint16_t id) const {
@@ -185,7 +173,7 @@ void TlsLibraries::on_dlopen(std::uint32_t pid, std::uint64_t now_ns) { schedule
 void TlsLibraries::tick(std::uint64_t now_ns) {
   if (widen_pending_) widen_to_files();
   check_deleted_mappers(now_ns);
-  check_processes(now_ns);
+  processes_.release_exited(now_ns);
   if (now_ns >= next_full_scan_ns_) {
     due_.clear();
     scan_everything(now_ns);
@@ -368,9 +356,12 @@ bool TlsLibraries::attach(bpf_program* prog, const std::string& path, std::uint6
 // TLS calls), once per process and file.
 void TlsLibraries::probe_process(const FileKey& key, File& file, std::uint32_t pid, const std::string& path) {
   if (file.offsets.empty()) return;  // neither TLS nor dlopen
-  Process* process = this->process(pid);
-  if (!process || process->links.contains(key)) return;
-  std::vector<bpf_link*>& links = process->links[key];
+  std::vector<bpf_link*>* own = processes_.links_for(pid, key);
+  if (!own) {
+    if (processes_.full()) widen_pending_ = true;
+    return;
+  }
+  std::vector<bpf_link*>& links = *own;
   const std::string who = "process " + std::to_string(pid);
   std::string why;
   if (file.offsets[kDlopen] && programs_.dlopen_exit &&
@@ -392,54 +383,16 @@ void TlsLibraries::probe_process(const FileKey& key, File& file, std::uint32_t p
        "targeted by " + targets_.narrowed_by() + ", defines SSL_write and SSL_read (" + path + ")");
 }
 
-// The entry of a live targeted process (a new one for a reused pid); nullptr
-// when it is gone, or when there are too many to probe one by one.
-TlsLibraries::Process* TlsLibraries::process(std::uint32_t pid) {
-  const std::uint64_t start = process_start_time(pid);
-  if (!start) return nullptr;
-  auto it = processes_.find(pid);
-  if (it != processes_.end() && it->second.start != start) {
-    for (auto& [key, links] : it->second.links) destroy_links(links);
-    processes_.erase(it);
-    ++stats_.tls_processes_released;
-    it = processes_.end();
-  }
-  if (it != processes_.end()) return &it->second;
-  if (processes_.size() >= kMaxProbedProcesses) {
-    widen_pending_ = true;
-    return nullptr;
-  }
-  ++stats_.tls_processes_probed;
-  return &processes_.emplace(pid, Process{start, {}}).first->second;
-}
-
-// Probes of processes that exited hold perf events: release them.
-void TlsLibraries::check_processes(std::uint64_t now_ns) {
-  if (processes_.empty() || now_ns < next_process_check_ns_) return;
-  next_process_check_ns_ = now_ns + kProcessCheckNs;
-  for (auto it = processes_.begin(); it != processes_.end();) {
-    if (process_start_time(it->first) == it->second.start) {
-      ++it;
-      continue;
-    }
-    for (auto& [key, links] : it->second.links) destroy_links(links);
-    ++stats_.tls_processes_released;
-    it = processes_.erase(it);
-  }
-}
-
 // Too many targeted processes: every file is inspected and probed again, once
 // for all processes (the kernel's filters still decide what is traced).
 void TlsLibraries::widen_to_files() {
   widen_pending_ = false;
   targets_.widen();
-  for (auto& [pid, process] : processes_)
-    for (auto& [key, links] : process.links) destroy_links(links);
   processes_.clear();
   files_.clear();
   next_full_scan_ns_ = 0;
   note("TLS probes per library file from now on: libssl users that are not targets trap too",
-       "more than " + std::to_string(kMaxProbedProcesses) + " targeted processes to probe one by one");
+       "more than " + std::to_string(ProcessProbes::kMaxProcesses) + " targeted processes to probe one by one");
 }
 
 // Probes on a file deleted from disk that no process maps any more keep the

@@ -84,10 +84,6 @@ class TlsLibraries {
   const TlsLibraryStats& stats() const { return stats_; }
 
  private:
-  struct FileKey {
-    std::uint64_t dev = 0, ino = 0;
-    auto operator<=>(const FileKey&) const = default;
-  };
   struct File {
     std::uint16_t id = 0;  // TLS library id (the probes' cookie); 0: not a TLS library
     std::string name;      // its file name, for the notes
@@ -100,16 +96,8 @@ class TlsLibraries {
     std::vector<std::uint32_t> pids;  // deleted: processes seen mapping it (bounded)
   };
 
-  // A targeted process's own probes, per file it maps.
-  struct Process {
-    std::uint64_t start = 0;  // process_start_time: a reused pid is another process
-    std::map<FileKey, std::vector<bpf_link*>> links;
-  };
-
   void scan_process(std::uint32_t pid);
   void probe_process(const FileKey& key, File& file, std::uint32_t pid, const std::string& path);
-  Process* process(std::uint32_t pid);
-  void check_processes(std::uint64_t now_ns);
   void widen_to_files();
   void inspect(const FileKey& key, const std::string& path, const std::string& shown, std::string_view name,
                bool deleted, std::uint32_t pid);
@@ -126,8 +114,6 @@ class TlsLibraries {
   TlsPrograms programs_;
   std::vector<LoadNote>* notes_;
   TlsTargets targets_;
-  std::map<std::uint32_t, Process> processes_;  // per-process probes, by pid
-  std::uint64_t next_process_check_ns_ = 0;
   bool widen_pending_ = false;  // too many processes: per-file probes at the next tick
   std::map<FileKey, File> files_;           // every file inspected, TLS or not
   std::vector<std::string> library_names_;  // by id - 1
@@ -137,6 +123,7 @@ class TlsLibraries {
   std::uint64_t next_mapper_check_ns_ = 0;
   bool in_full_scan_ = false;
   TlsLibraryStats stats_;
+  ProcessProbes processes_{&stats_.tls_processes_probed, &stats_.tls_processes_released};
 };
 
 }  // namespace infertap::capture

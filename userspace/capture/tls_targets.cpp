@@ -1,5 +1,6 @@
 #include "capture/tls_targets.h"
 
+#include <bpf/libbpf.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -58,6 +59,58 @@ bool TlsTargets::in_cgroups(std::uint32_t pid) const {
     const std::size_t slash = path.rfind('/');
     path.resize(slash == 0 ? 1 : slash);
   }
+}
+
+void destroy_links(std::vector<bpf_link*>& links) {
+  for (bpf_link* link : links) bpf_link__destroy(link);
+  links.clear();
+}
+
+namespace {
+constexpr std::uint64_t kProcessCheckNs = 1'000'000'000ull;
+}  // namespace
+
+std::vector<bpf_link*>* ProcessProbes::links_for(std::uint32_t pid, const FileKey& file) {
+  const std::uint64_t start = process_start_time(pid);
+  if (!start) return nullptr;
+  auto it = processes_.find(pid);
+  if (it != processes_.end() && it->second.start != start) {
+    release(it);
+    it = processes_.end();
+  }
+  if (it == processes_.end()) {
+    if (processes_.size() >= kMaxProcesses) {
+      full_ = true;
+      return nullptr;
+    }
+    ++*probed_;
+    it = processes_.emplace(pid, Process{start, {}}).first;
+  }
+  const auto [links, added] = it->second.links.try_emplace(file);
+  return added ? &links->second : nullptr;
+}
+
+void ProcessProbes::release_exited(std::uint64_t now_ns) {
+  if (processes_.empty() || now_ns < next_check_ns_) return;
+  next_check_ns_ = now_ns + kProcessCheckNs;
+  for (auto it = processes_.begin(); it != processes_.end();) {
+    auto next = std::next(it);
+    if (process_start_time(it->first) != it->second.start) release(it);
+    it = next;
+  }
+}
+
+void ProcessProbes::release(std::map<std::uint32_t, Process>::iterator it) {
+  for (auto& [file, links] : it->second.links) destroy_links(links);
+  processes_.erase(it);
+  ++*released_;
+}
+
+void ProcessProbes::clear() {
+  for (auto& [pid, process] : processes_)
+    for (auto& [file, links] : process.links) destroy_links(links);
+  processes_.clear();
+  full_ = false;
 }
 
 std::uint64_t process_start_time(std::uint32_t pid) {
