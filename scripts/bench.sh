@@ -12,6 +12,8 @@
 #  8. HTTP/2: nginx http2 (h2c and h2 over TLS) in front of the sample server,
 #     many streams multiplexed on one connection at a high chunk rate, agent off vs on.
 # Needs root. REPS=3 alternations per case by default; SECTIONS="1 3" runs only those.
+# BASELINE_AGENT=/path/to/another/infertapd: section 4 runs each case with that
+# build too, alternating with this one (an old build against a new, one run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench.sh: needs root (loads BPF programs)" >&2; exit 1; }
@@ -30,9 +32,10 @@ work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
 agent_pid=
+agent=build/infertapd  # the build agent_on starts
 agent_on() {  # $1 = attach method, then extra infertapd flags
   rm -f "$work/ready"
-  build/infertapd --attach "$@" -o /dev/null --socket "" --metrics-listen "" --ready-file "$work/ready" 2>"$work/agent.log" &
+  "$agent" --attach "$@" -o /dev/null --socket "" --metrics-listen "" --ready-file "$work/ready" 2>"$work/agent.log" &
   agent_pid=$!
   for _ in $(seq 200); do [ -e "$work/ready" ] && return; sleep 0.05; done
   cat "$work/agent.log" >&2; exit 1
@@ -162,13 +165,19 @@ done
 fi
 if want 4; then
 echo "== 4. in-kernel cost per call (kernel.bpf_stats_enabled: program run time / run count), default set"
-prog_cost() {  # $1 = label, $2 = extra infertapd flags ("" for none); rest = send-loop args
+prog_cost_of() {  # $1 = label, $2 = extra infertapd flags ("" for none); rest = send-loop args
   local label=$1 flags=$2; shift 2
   # shellcheck disable=SC2086  # the flags are words
   agent_on sock $flags
   build/send-loop "$@" --seconds "$SECONDS_PER_RUN" >/dev/null
-  prog_costs | awk -v l="$label" '{ printf "    %-44s %-20s %8d calls  %6.0f ns/call\n", l, $1, $3, $2 }'
+  prog_costs | awk -v l="$label" '{ printf "    %-52s %-20s %8d calls  %6.0f ns/call\n", l, $1, $3, $2 }'
   agent_off
+}
+prog_cost() {  # the case with this build, then with BASELINE_AGENT's when given
+  prog_cost_of "$@"
+  [ -n "${BASELINE_AGENT:-}" ] || return 0
+  local label=$1; shift
+  agent=$BASELINE_AGENT; prog_cost_of "$label (baseline)" "$@"; agent=build/infertapd
 }
 stats_before=$(sysctl -n kernel.bpf_stats_enabled)
 sysctl -qw kernel.bpf_stats_enabled=1
@@ -182,6 +191,9 @@ for _ in $(seq "$REPS"); do
   prog_cost "untraced: binary unix (muted)" "" --mode unix --payload binary --size 256
   prog_cost "untraced: TCP, not targeted (--port 1)" "--port 1" --payload binary --size 256
   prog_cost "untraced: unix, not targeted (--port 1)" "--port 1" --mode unix --payload binary --size 256
+  # Scatter/gather: grpcio's first send is one sendmsg of 31 iovecs.
+  prog_cost "traced: SSE over TCP, sendmsg of 1 iovec" "" --payload sse --size 512 --sender sendmsg
+  prog_cost "traced: SSE over TCP, sendmsg of 31 iovecs" "" --payload sse --size 512 --sender sendmsg --iovecs 31
 done
 sysctl -qw kernel.bpf_stats_enabled="$stats_before"
 
