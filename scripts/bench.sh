@@ -13,6 +13,8 @@
 #  8. HTTP/2: nginx http2 (h2c and h2 over TLS) in front of the sample server,
 #     many streams multiplexed on one connection at a high chunk rate, agent off vs on.
 # Needs root. REPS=3 alternations per case by default; SECTIONS="1 3" runs only those.
+# BASELINE_AGENT=/path/to/another/infertapd: sections 4, 6 and 6b run each case with that
+# build too, alternating with this one (an old build against a new, one run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench.sh: needs root (loads BPF programs)" >&2; exit 1; }
@@ -31,12 +33,10 @@ work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
 agent_pid=
-# AGENT_BASELINE=path/to/an/older/infertapd: sections 6 and 6b also run it,
-# alternating with this build, so the two compare within one run.
-agent_bin=build/infertapd
+agent=build/infertapd  # the build agent_on starts
 agent_on() {  # $1 = attach method, then extra infertapd flags
   rm -f "$work/ready"
-  "$agent_bin" --attach "$@" -o /dev/null --socket "" --metrics-listen "" --ready-file "$work/ready" 2>"$work/agent.log" &
+  "$agent" --attach "$@" -o /dev/null --socket "" --metrics-listen "" --ready-file "$work/ready" 2>"$work/agent.log" &
   agent_pid=$!
   for _ in $(seq 200); do [ -e "$work/ready" ] && return; sleep 0.05; done
   cat "$work/agent.log" >&2; exit 1
@@ -179,13 +179,19 @@ done
 fi
 if want 4; then
 echo "== 4. in-kernel cost per call (kernel.bpf_stats_enabled: program run time / run count), default set"
-prog_cost() {  # $1 = label, $2 = extra infertapd flags ("" for none); rest = send-loop args
+prog_cost_of() {  # $1 = label, $2 = extra infertapd flags ("" for none); rest = send-loop args
   local label=$1 flags=$2; shift 2
   # shellcheck disable=SC2086  # the flags are words
   agent_on sock $flags
   build/send-loop "$@" --seconds "$SECONDS_PER_RUN" >/dev/null
-  prog_costs | awk -v l="$label" '{ printf "    %-44s %-20s %8d calls  %6.0f ns/call\n", l, $1, $3, $2 }'
+  prog_costs | awk -v l="$label" '{ printf "    %-52s %-20s %8d calls  %6.0f ns/call\n", l, $1, $3, $2 }'
   agent_off
+}
+prog_cost() {  # the case with this build, then with BASELINE_AGENT's when given
+  prog_cost_of "$@"
+  [ -n "${BASELINE_AGENT:-}" ] || return 0
+  local label=$1; shift
+  agent=$BASELINE_AGENT; prog_cost_of "$label (baseline)" "$@"; agent=build/infertapd
 }
 stats_before=$(sysctl -n kernel.bpf_stats_enabled)
 sysctl -qw kernel.bpf_stats_enabled=1
@@ -199,6 +205,9 @@ for _ in $(seq "$REPS"); do
   prog_cost "untraced: binary unix (muted)" "" --mode unix --payload binary --size 256
   prog_cost "untraced: TCP, not targeted (--port 1)" "--port 1" --payload binary --size 256
   prog_cost "untraced: unix, not targeted (--port 1)" "--port 1" --mode unix --payload binary --size 256
+  # Scatter/gather: grpcio's first send is one sendmsg of 31 iovecs.
+  prog_cost "traced: SSE over TCP, sendmsg of 1 iovec" "" --payload sse --size 512 --sender sendmsg
+  prog_cost "traced: SSE over TCP, sendmsg of 31 iovecs" "" --payload sse --size 512 --sender sendmsg --iovecs 31
 done
 sysctl -qw kernel.bpf_stats_enabled="$stats_before"
 
@@ -234,7 +243,7 @@ print("%.0f %d" % (events / ((end - start) / 1e9), events))' "$@"
 tls_case() {
   local port spid ticks a0=0 a1=0 b0=0 b1=0 clients=() rate
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  [ "$1" = base ] && agent_bin=$AGENT_BASELINE  # a subshell: it does not leak
+  [ "$1" = base ] && agent=$BASELINE_AGENT  # a subshell: it does not leak
   [ "$1" = off ] || agent_on sock
   python3 "$tls_peer" server --port "$port" --cert "$work/tls.crt" --key "$work/tls.key" --ttft-ms 0 --itl-ms 1 \
     >"$work/tls_server.out" 2>&1 &
@@ -259,14 +268,14 @@ tls_case() {
 toff=(); ton=(); tbase=()
 for _ in $(seq "$REPS_TLS"); do
   toff+=("$(tls_case off)"); ton+=("$(tls_case on)")
-  [ -z "${AGENT_BASELINE:-}" ] || tbase+=("$(tls_case base)")
+  [ -z "${BASELINE_AGENT:-}" ] || tbase+=("$(tls_case base)")
 done
 o=$(col 1 "${toff[@]}"); k=$(col 1 "${ton[@]}"); oc=$(col 2 "${toff[@]}"); kc=$(col 2 "${ton[@]}")
 echo "    agent off: delivered $o/s (runs $(spread 1 "${toff[@]}")), server CPU/event $oc us"
 echo "    agent on:  delivered $k/s (runs $(spread 1 "${ton[@]}")), server CPU/event $kc us; ratio $(awk -v o="$o" -v k="$k" 'BEGIN {printf "%.3f", k/o}'); median of $REPS_TLS alternations"
-if [ -n "${AGENT_BASELINE:-}" ]; then
+if [ -n "${BASELINE_AGENT:-}" ]; then
   b=$(col 1 "${tbase[@]}"); bc=$(col 2 "${tbase[@]}")
-  echo "    baseline agent on ($AGENT_BASELINE): delivered $b/s (runs $(spread 1 "${tbase[@]}")), server CPU/event $bc us; ratio $(awk -v o="$o" -v k="$b" 'BEGIN {printf "%.3f", k/o}')"
+  echo "    baseline agent on ($BASELINE_AGENT): delivered $b/s (runs $(spread 1 "${tbase[@]}")), server CPU/event $bc us; ratio $(awk -v o="$o" -v k="$b" 'BEGIN {printf "%.3f", k/o}')"
 fi
 # The cost pass: agent CPU and BPF run time per token event, and each
 # program's run time per call (kernel.bpf_stats_enabled).
@@ -285,7 +294,7 @@ echo "== 6b. a libssl user: TLS writes of 256 non-HTTP bytes in one process (tls
 # process (its own probes; its connection muted as not HTTP).
 loop() { python3 "$tls_peer" loop --cert "$work/tls.crt" --key "$work/tls.key" --seconds "$SECONDS_PER_RUN" | jq .writes_per_sec; }
 loop_targeted() {  # the loop connects, the agent starts with its pid, then it writes; $1 = agent binary
-  local agent_bin=${1:-build/infertapd}
+  local agent=${1:-build/infertapd}
   run_targeted python3 "$tls_peer" loop --cert "$work/tls.crt" --key "$work/tls.key" --seconds "$SECONDS_PER_RUN" \
     --ready-file "$work/run.ready" --go-file "$work/run.go"
 }
@@ -295,7 +304,7 @@ for _ in $(seq "$REPS"); do
   agent_on sock; lmuted+=("$(loop)"); agent_off
   agent_on sock --pid 1; luntraced+=("$(loop)"); agent_off
   ltargeted+=("$(loop_targeted)")
-  [ -z "${AGENT_BASELINE:-}" ] || lbase+=("$(loop_targeted "$AGENT_BASELINE")")
+  [ -z "${BASELINE_AGENT:-}" ] || lbase+=("$(loop_targeted "$BASELINE_AGENT")")
 done
 lo=$(printf '%s\n' "${loff[@]}" | median); lm=$(printf '%s\n' "${lmuted[@]}" | median)
 lu=$(printf '%s\n' "${luntraced[@]}" | median); lt=$(printf '%s\n' "${ltargeted[@]}" | median)
@@ -304,7 +313,7 @@ awk -v o="$lo" -v m="$lm" -v u="$lu" -v t="$lt" 'BEGIN {
   printf "    untraced (--pid other) %.0f/s ratio %.3f %+.2f us/write\n", u, u/o, 1e6/u - 1e6/o
   printf "    targeted (--pid this, muted: not HTTP) %.0f/s ratio %.3f %+.2f us/write\n", t, t/o, 1e6/t - 1e6/o
   printf "    every process (no --pid, muted: not HTTP) %.0f/s ratio %.3f %+.2f us/write\n", m, m/o, 1e6/m - 1e6/o }'
-if [ -n "${AGENT_BASELINE:-}" ]; then
+if [ -n "${BASELINE_AGENT:-}" ]; then
   printf '%s\n' "${lbase[@]}" | median | awk -v o="$lo" '{
     printf "    targeted, baseline agent %.0f/s ratio %.3f %+.2f us/write\n", $1, $1/o, 1e6/$1 - 1e6/o }'
 fi

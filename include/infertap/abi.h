@@ -38,11 +38,14 @@
 #define ITAP_TAIL_DEFAULT 256
 
 /*
- * Scatter/gather sends and receives: iovecs walked per syscall. 16: grpcio
- * sends a response's HEADERS (one iovec per name and value) and its first
- * DATA frame in one sendmsg of 10 iovecs.
+ * Scatter/gather sends and receives: iovecs walked per syscall. 32: grpcio
+ * writes one iovec per frame header, header name and value; its client's
+ * first sendmsg (connection preface, SETTINGS, the request's HEADERS and
+ * first DATA frame) has 31, a server's response HEADERS and first DATA 10.
+ * The walk is unrolled; each step is one read of the iovec and one call of
+ * the global copy function (copy.bpf.h): a call pays for the iovecs it has.
  */
-#define ITAP_IOV_MAX 16
+#define ITAP_IOV_MAX 32
 
 /*
  * AF_UNIX: the socket's path (sun_path, at most 108 bytes; an abstract name

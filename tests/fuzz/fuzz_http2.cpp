@@ -17,6 +17,7 @@
 #include <map>
 #include <string>
 
+#include "feed_pieces.h"
 #include "protocol/http2/session.h"
 
 using namespace infertap::protocol;
@@ -77,14 +78,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool preface = data[0] & 1;
   const std::size_t n_ops = std::min<std::size_t>(data[1] & 31, (size - 2) / 3);
   if (n_ops == 0) return 0;
-  const std::uint8_t* ops = data + 2;
-  const std::uint8_t* stream = ops + 3 * n_ops;
-  std::size_t left = size - 2 - 3 * n_ops;
+  infertap::fuzzing::ConnectionFeed feed({data + 2, 3 * n_ops}, {data + 2 + 3 * n_ops, size - 2 - 3 * n_ops}, 4096);
   Sinks sinks;
   http2::Session session(sinks, 512);
-  std::uint64_t position[2] = {0, 0};
-  bool decided = false;
-  TimestampNs ts = 1;
   if (preface) {
     const std::string_view p = http2::kClientPreface;
     const std::span<const std::uint8_t> head(reinterpret_cast<const std::uint8_t*>(p.data()), p.size());
@@ -92,48 +88,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     Piece piece;
     piece.length = p.size();
     piece.head = head;
-    piece.ts = ts;
+    piece.ts = feed.ts;
     session.feed(Flow::outbound, piece);
-    position[0] = p.size();
-    decided = true;
+    feed.position[0] = p.size();
+    feed.decided = true;
   }
-  for (std::size_t i = 0; i < n_ops * 4 && left > 0; ++i) {
-    const std::uint8_t* op = ops + 3 * (i % n_ops);
-    const Flow flow = (op[0] & 1) ? Flow::inbound : Flow::outbound;
-    const int side = (op[0] & 1) ? 1 : 0;
-    const unsigned kind = (op[0] >> 1) & 3;
-    const std::size_t len = std::min<std::size_t>(left, 1 + (op[1] | (op[2] << 8)) % 4096);
-    ++ts;
-    if (kind == 3) {
-      session.end(flow, ts);
-      continue;
-    }
-    if (kind == 2) {
-      position[side] += len;
-      if (decided && session.carries_responses(flow)) sinks.fed_end = position[side];
-      session.gap(flow, len, ts);
-      continue;
-    }
-    Piece p;
-    p.position = position[side];
-    p.length = len;
-    p.ts = ts;
-    const std::size_t head = kind == 1 ? len / 2 : len;
-    const std::size_t tail = kind == 1 ? len / 4 : 0;
-    p.head = {stream, head};
-    p.tail = {stream + len - tail, tail};
-    if (!decided) {
-      decided = true;
-      if (!session.decide(flow, p.head)) return 0;
-    }
-    position[side] += len;
-    if (session.carries_responses(flow)) sinks.fed_end = position[side];
-    session.feed(flow, p);
+  const bool decided = feed.run(session, [&](Flow flow, std::uint64_t position, bool) {
     if (session.live_streams() > http2::Session::kMaxStreams) std::abort();
-    stream += len;
-    left -= len;
-  }
-  session.close(ts + 1);
+    if (feed.decided && session.carries_responses(flow)) sinks.fed_end = position;
+  });
+  if (!decided) return 0;
+  if (session.live_streams() > http2::Session::kMaxStreams) std::abort();
+  session.close(feed.ts + 1);
   if (session.live_streams() != 0) std::abort();
   for (const auto& [id, s] : sinks.streams) {
     if (s.open) std::abort();  // close ends whatever was open

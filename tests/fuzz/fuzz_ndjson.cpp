@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "protocol/ndjson/parser.h"
+#include "feed_pieces.h"
 #include "protocol/payload/interpreter.h"
 
 using namespace infertap::protocol;
@@ -57,20 +58,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   Run split;
   split.body_size = body_size;
   if (resync) split.parser.resync();
-  bool holes = false;
-  std::size_t at = 0;
-  for (std::size_t i = 0; at < body_size; ++i) {
-    const std::uint8_t op = n_ops ? ops[i % n_ops] : 0x7f;
-    const std::size_t len = std::min<std::size_t>(body_size - at, (op & 0x7f) + 1);
-    if (op & 0x80) {
-      split.parser.gap(len, i);
-      holes = true;
-    } else {
-      split.parser.feed({body + at, len}, i);
-    }
-    at += len;
-  }
-  split.parser.end(at, whole);
+  const bool holes = infertap::fuzzing::feed_pieces(split.parser, {ops, n_ops}, {body, body_size});
+  split.parser.end(body_size, whole);
   for (const Seen& l : split.lines) (void)interpret_event("", l.data, l.truncated);
 
   if (!holes) {

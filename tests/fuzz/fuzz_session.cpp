@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "feed_pieces.h"
 #include "protocol/http1/session.h"
 
 using namespace infertap::protocol;
@@ -53,50 +54,16 @@ struct Checker : ExchangeSink {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   const std::size_t n_ops = std::min<std::size_t>(data[0] & 31, (size - 1) / 3);
-  const std::uint8_t* ops = data + 1;
-  const std::uint8_t* stream = ops + 3 * n_ops;
-  std::size_t left = size - 1 - 3 * n_ops;
+  infertap::fuzzing::ConnectionFeed feed({data + 1, 3 * n_ops}, {data + 1 + 3 * n_ops, size - 1 - 3 * n_ops}, 2048);
   Checker check;
   Http1Session session(check, 512);
-  std::uint64_t position[2] = {0, 0};
-  bool decided = false;
-  TimestampNs ts = 1;
-  for (std::size_t i = 0; i < n_ops * 4 && left > 0; ++i) {
-    const std::uint8_t* op = ops + 3 * (i % n_ops);
-    const Flow flow = (op[0] & 1) ? Flow::inbound : Flow::outbound;
-    const int side = (op[0] & 1) ? 1 : 0;
-    const unsigned kind = (op[0] >> 1) & 3;
-    const std::size_t len = std::min<std::size_t>(left, 1 + (op[1] | (op[2] << 8)) % 2048);
-    ++ts;
-    if (kind == 3) {
-      session.end(flow, ts);
-      continue;
-    }
-    if (kind == 2) {
-      session.gap(flow, len, ts);
-      position[side] += len;
-      continue;
-    }
-    Piece p;
-    p.position = position[side];
-    p.length = len;
-    p.ts = ts;
-    const std::size_t head = kind == 1 ? len / 2 : len;
-    const std::size_t tail = kind == 1 ? len / 4 : 0;
-    p.head = {stream, head};
-    p.tail = {stream + len - tail, tail};
-    if (!decided) {
-      decided = true;
-      if (!session.decide(flow, p.head)) return 0;
-      check.responses = session.carries_responses(Flow::outbound) ? Flow::outbound : Flow::inbound;
-    }
-    position[side] += len;
-    check.fed_end[side] = position[side];
-    session.feed(flow, p);
-    stream += len;
-    left -= len;
-  }
-  session.close(ts + 1);
+  const bool decided = feed.run(session, [&](Flow flow, std::uint64_t position, bool lost) {
+    if (lost) return;
+    check.responses = session.carries_responses(Flow::outbound) ? Flow::outbound : Flow::inbound;
+    check.fed_end[flow == Flow::inbound] = position;
+  });
+  if (!decided) return 0;
+  session.close(feed.ts + 1);
   if (check.open) std::abort();  // close ends whatever was open
   return 0;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "feed_pieces.h"
 #include "protocol/payload/interpreter.h"
 #include "protocol/sse/parser.h"
 
@@ -49,20 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   Run split;
   split.body_size = stream_size;
   if (resync) split.parser.resync();
-  bool holes = false;
-  std::size_t at = 0;
-  for (std::size_t i = 0; at < stream_size; ++i) {
-    const std::uint8_t op = n_ops ? ops[i % n_ops] : 0x7f;
-    const std::size_t len = std::min<std::size_t>(stream_size - at, (op & 0x7f) + 1);
-    if (op & 0x80) {
-      split.parser.gap(len, i);
-      holes = true;
-    } else {
-      split.parser.feed({stream + at, len}, i);
-    }
-    at += len;
-  }
-  split.parser.end(at);
+  const bool holes = infertap::fuzzing::feed_pieces(split.parser, {ops, n_ops}, {stream, stream_size});
+  split.parser.end(stream_size);
   for (const Seen& e : split.events) (void)interpret_event(e.type, e.data, e.truncated);
 
   if (!holes) {

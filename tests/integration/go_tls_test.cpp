@@ -131,7 +131,7 @@ class GoTlsTest : public testing::TlsFixture {
   std::vector<CurlRun> curl_h1_until_whole(std::uint16_t port, int tokens, int whole, int max_runs) {
     std::vector<CurlRun> runs;
     for (int got = 0; got < whole && runs.size() < std::size_t(max_runs);) {
-      const int rc = run({"/usr/bin/curl", "--http1.1", "-sSN", "--cacert", cert(), "-o", path("curl.body"), "-w",
+      const int rc = run_to_end({"/usr/bin/curl", "--http1.1", "-sSN", "--cacert", cert(), "-o", path("curl.body"), "-w",
                           "%{local_port}", "-X", "POST", "https://localhost:" + std::to_string(port) + "/v1/chat/completions",
                           "-H", "Content-Type: application/json", "-d",
                           R"({"model":"m","stream":true,"max_tokens":)" + std::to_string(tokens) + "}"},
@@ -275,7 +275,7 @@ TEST_F(GoTlsTest, CaddyH2StreamsAreEachTimedAndJoinedToTheirUpstream) {
   start_agent_on_ports({server.port(), caddy_port});
   const std::string url = "https://localhost:" + std::to_string(caddy_port);
   const auto node = run_node_h2_streams(url, kNodeStreams, kTokens, {"--ca", cert()});
-  ASSERT_EQ(run({"/usr/bin/curl", "--http2", "-sSN", "--cacert", cert(), "-o", path("curl.body"), "-w",
+  ASSERT_EQ(run_to_end({"/usr/bin/curl", "--http2", "-sSN", "--cacert", cert(), "-o", path("curl.body"), "-w",
                  "%{http_version}", url + "/v1/chat/completions", "-H", "Content-Type: application/json", "-d",
                  R"({"model":"curl-h2","stream":true,"max_tokens":)" + std::to_string(kTokens) + "}"},
                 "curl.out"),
@@ -316,7 +316,7 @@ TEST_F(GoTlsTest, GoClientReadTimesMatchItsOwnClock) {
   ASSERT_EQ(build_go_client("go-sse-client", false), "");
   ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "5"}), "");
   start_agent_on_ports({port_});
-  ASSERT_EQ(run(go_client("go-sse-client", port_, kTokens, kRequests), "client.ndjson"), 0)
+  ASSERT_EQ(run_to_end(go_client("go-sse-client", port_, kTokens, kRequests), "client.ndjson"), 0)
       << read_file(path("client.ndjson"));
   const auto records = stop_agent_after_joins();
   std::map<std::pair<int, int>, std::int64_t> read_at;  // (local port, event index) -> its clock
@@ -352,7 +352,7 @@ TEST_F(GoTlsTest, StrippedGoBinaryIsFoundThroughItsFunctionTable) {
       << "-s -w left a .symtab";
   ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "2"}), "");
   start_agent_on_ports({port_});
-  ASSERT_EQ(run(go_client("go-stripped", port_, 20, 1), "client.ndjson"), 0) << read_file(path("client.ndjson"));
+  ASSERT_EQ(run_to_end(go_client("go-stripped", port_, 20, 1), "client.ndjson"), 0) << read_file(path("client.ndjson"));
   const auto records = stop_agent_after_joins();
   const std::string agent_log = read_file(path("agent.log"));
   EXPECT_NE(agent_log.find("probing Go TLS in go-stripped as go:go-stripped"), std::string::npos) << agent_log;
@@ -377,7 +377,7 @@ TEST_F(GoTlsTest, GoBinaryTooOldIsNamedCountedAndSkipped) {
             0);
   ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "2"}), "");
   start_agent_on_ports({port_});
-  ASSERT_EQ(run(go_client("go-old", port_, 10, 1), "client.ndjson"), 0) << read_file(path("client.ndjson"));
+  ASSERT_EQ(run_to_end(go_client("go-old", port_, 10, 1), "client.ndjson"), 0) << read_file(path("client.ndjson"));
   const auto records = stop_agent_after_joins();
   const std::string agent_log = read_file(path("agent.log"));
   EXPECT_NE(agent_log.find("Go TLS of " + path("go-old") + " (" + patched + ") not probed"), std::string::npos)

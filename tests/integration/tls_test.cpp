@@ -117,7 +117,7 @@ TEST_P(TlsGateway, TlsLegIsRecordedAndJoinedToThePlaintextUpstream) {
   ASSERT_TRUE(gw->ok()) << gw->error();
   const std::string gw_comm = gc.haproxy ? "haproxy" : "nginx";
   start_agent_on_ports({server.port(), gw->port()});
-  ASSERT_EQ(run(tls_client("client", gw->port(), {"--tokens", "60", "--requests", std::to_string(kStreams)}),
+  ASSERT_EQ(run_to_end(tls_client("client", gw->port(), {"--tokens", "60", "--requests", std::to_string(kStreams)}),
                 "client.out"),
             0)
       << read_file(path("client.out"));
@@ -203,7 +203,7 @@ TEST_F(TlsTest, CurlOverTlsIsAClientWithItsHandshakeTime) {
   ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "5"}), "");
   start_agent_on_ports({port_});
   for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(run({"/usr/bin/curl", "-sSN", "--cacert", cert(), "-o", "/dev/null", "-X", "POST",
+    ASSERT_EQ(run_to_end({"/usr/bin/curl", "-sSN", "--cacert", cert(), "-o", "/dev/null", "-X", "POST",
                    "https://localhost:" + std::to_string(port_) + "/v1/chat/completions", "--resolve",
                    "localhost:" + std::to_string(port_) + ":127.0.0.1", "-H", "Content-Type: application/json", "-d",
                    R"({"model":"curl-model","stream":true,"max_tokens":12})"},
@@ -242,7 +242,7 @@ TEST_F(TlsTest, EmitAndReadTimesMatchThePythonSslPeersClocks) {
   start_agent_on_ports({port_});
   const int client_cpu = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? 1 : 0;
   ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "5"}, 0), "");
-  ASSERT_EQ(run(on_cpu(client_cpu, tls_client("client", port_,
+  ASSERT_EQ(run_to_end(on_cpu(client_cpu, tls_client("client", port_,
                                               {"--tokens", std::to_string(kTokens), "--requests",
                                                std::to_string(kRequests)})),
                 "client.out"),
@@ -317,7 +317,7 @@ TEST_F(TlsTest, NodeOpenaiClientStreamIsRecorded) {
   constexpr int kTokens = 24, kRequests = 2;
   ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "10"}), "");
   start_agent_on_ports({port_});
-  ASSERT_EQ(run({"/usr/bin/env", "NODE_PATH=" + modules, "NODE_EXTRA_CA_CERTS=" + cert(), node,
+  ASSERT_EQ(run_to_end({"/usr/bin/env", "NODE_PATH=" + modules, "NODE_EXTRA_CA_CERTS=" + cert(), node,
                  kOpenaiScript, "https://127.0.0.1:" + std::to_string(port_) + "/v1", std::to_string(kTokens),
                  std::to_string(kRequests)},
                 "node.out"),
@@ -359,7 +359,7 @@ TEST_F(TlsTest, ServerPauseBehindTlsIsTheModels) {
   ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "10", "--pause-after", "10", "--pause-ms", "300"}),
             "");
   start_agent_on_ports({port_});
-  ASSERT_EQ(run(tls_client("client", port_, {"--tokens", "30", "--requests", "2"}), "client.out"), 0)
+  ASSERT_EQ(run_to_end(tls_client("client", port_, {"--tokens", "30", "--requests", "2"}), "client.out"), 0)
       << read_file(path("client.out"));
   stop_tls_server("server");
   const auto records = stop_agent_after_joins();
@@ -399,14 +399,14 @@ TEST_F(TlsTest, NonHttpTlsTrafficIsMutedAndYieldsNoRecord) {
                             path("s_server.out"));
   ASSERT_TRUE(srv);
   ASSERT_TRUE(testing::wait_for_text(path("s_server.out"), "ACCEPT", 10s)) << read_file(path("s_server.out"));
-  const int rc = run({"/bin/sh", "-c",
+  const int rc = run_to_end({"/bin/sh", "-c",
                       "(for i in 1 2 3 4 5 6 7 8; do printf '\\000\\000\\000\\010Q%04d\\001' $i; sleep 0.05; done; "
                       "sleep 1) | openssl s_client -quiet -no_ign_eof -connect 127.0.0.1:" + s + " > " + path("s_client.bytes")},
                      "s_client.out", 20s);
   EXPECT_EQ(rc, 0) << read_file(path("s_client.out"));
   srv->wait(5s);
   EXPECT_GT(std::filesystem::file_size(path("s_client.bytes")), 8u) << "the server's bytes reached the client";
-  ASSERT_EQ(run(tls_client("client", port_, {"--tokens", "6"}), "client.out"), 0) << read_file(path("client.out"));
+  ASSERT_EQ(run_to_end(tls_client("client", port_, {"--tokens", "6"}), "client.out"), 0) << read_file(path("client.out"));
   stop_tls_server("server");
   const auto records = stop_agent_after_joins();
   EXPECT_TRUE(on_port(records, binary_port).empty()) << "non-HTTP TLS gives no record: "
@@ -433,7 +433,7 @@ TEST_F(TlsTest, UnprobedTlsLibraryIsMutedAfterItsHandshake) {
                             path("gnutls_serv.out"));
   ASSERT_TRUE(srv);
   ASSERT_TRUE(testing::wait_for_text(path("gnutls_serv.out"), "listening", 10s)) << read_file(path("gnutls_serv.out"));
-  const int rc = run({"/bin/sh", "-c",
+  const int rc = run_to_end({"/bin/sh", "-c",
                       "(printf 'POST /v1/chat/completions HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n'; for i in $(seq 30); do "
                       "echo line$i; sleep 0.02; done; sleep 0.3) | gnutls-cli --insecure -p " +
                           std::to_string(gnutls_port) + " 127.0.0.1 > " + path("gnutls_cli.bytes")},
@@ -442,7 +442,7 @@ TEST_F(TlsTest, UnprobedTlsLibraryIsMutedAfterItsHandshake) {
   srv->stop(5s);
   EXPECT_NE(read_file(path("gnutls_cli.bytes")).find("line30"), std::string::npos)
       << "the echo came back through GnuTLS:\n" << read_file(path("gnutls_cli.out"));
-  ASSERT_EQ(run(tls_client("client", port_, {"--tokens", "20"}), "client.out"), 0) << read_file(path("client.out"));
+  ASSERT_EQ(run_to_end(tls_client("client", port_, {"--tokens", "20"}), "client.out"), 0) << read_file(path("client.out"));
   stop_tls_server("server");
   const auto records = stop_agent_after_joins();
   EXPECT_TRUE(on_port(records, gnutls_port).empty()) << "an unprobed library's TLS gives no record";
@@ -594,7 +594,7 @@ TEST_F(TlsTest, LibsslLoadedLateByDlopenIsPickedUp) {
   std::vector<std::string> argv =
       tls_client("client", port_, {"--tokens", "16", "--import-after-ms", "700", "--requests", "2", "--interval-ms", "300"});
   argv.insert(argv.begin(), {"/usr/bin/env", "LD_LIBRARY_PATH=" + path("lib")});
-  ASSERT_EQ(run(argv, "client.out"), 0) << read_file(path("client.out"));
+  ASSERT_EQ(run_to_end(argv, "client.out"), 0) << read_file(path("client.out"));
   stop_tls_server("server");
   const auto records = stop_agent_after_joins();
   auto clients = where(records, "role", "client");
@@ -677,7 +677,7 @@ void TlsFaultTest::slow_reader_stream(const std::string& mode) {
   {
     ASSERT_EQ(start_fault_server({"--mode", mode, "--events", "30", "--event-bytes", "3000", "--itl-ms", "1"}), "");
     start_agent_on_ports({port_});
-    ASSERT_EQ(run(tls_client("client_" + mode, port_,
+    ASSERT_EQ(run_to_end(tls_client("client_" + mode, port_,
                              {"--rcvbuf", "4096", "--recv-pause-ms", "3", "--recv-bytes", "2048"}),
                   "client_" + mode + ".out"),
               0)
@@ -717,7 +717,7 @@ void TlsFaultTest::key_update_stream(bool requested) {
     if (requested) extra.push_back("--key-update-requested");
     ASSERT_EQ(start_fault_server(extra), "");
     start_agent_on_ports({port_});
-    ASSERT_EQ(run(tls_client("client", port_, {}), "client.out"), 0) << read_file(path("client.out"));
+    ASSERT_EQ(run_to_end(tls_client("client", port_, {}), "client.out"), 0) << read_file(path("client.out"));
     const json written = fault_server_counts();
     ASSERT_TRUE(written.is_object()) << read_file(path("fault_server.out"));
     EXPECT_GE(written["key_updates"].get<int>(), 5) << written;
@@ -746,7 +746,7 @@ TEST_F(TlsFaultTest, RefusedRenegotiationKeepsTheStreamsRecordsRight) {
                                 "10"}),
             "");
   start_agent_on_ports({port_});
-  ASSERT_EQ(run({testing::build_dir() + "/tls-fault-peer", "client", "--port", std::to_string(port_),
+  ASSERT_EQ(run_to_end({testing::build_dir() + "/tls-fault-peer", "client", "--port", std::to_string(port_),
                  "--renegotiate-after", "5"},
                 "fault_client.out"),
             0)
@@ -763,7 +763,7 @@ TEST_F(TlsFaultTest, RefusedRenegotiationKeepsTheStreamsRecordsRight) {
   EXPECT_EQ(read["renegotiation_pending"], 1) << "and the server refused it (never completed): " << read;
   // A second, ordinary stream in the same run: capture went on.
   ASSERT_EQ(start_tls_server("after", {"--ttft-ms", "5", "--itl-ms", "2"}), "");
-  ASSERT_EQ(run(tls_client("after_client", port_, {"--tokens", "8"}), "after_client.out"), 0);
+  ASSERT_EQ(run_to_end(tls_client("after_client", port_, {"--tokens", "8"}), "after_client.out"), 0);
   stop_tls_server("after");
   const auto records = stop_agent_after_joins();
   const auto servers = where(records, "comm", "tls-fault-peer");
@@ -832,7 +832,7 @@ TEST_F(TlsTest, ProcessInTargetedCgroupAloneGetsTlsProbes) {
   ASSERT_NE(read_file("/proc/" + std::to_string(server_pid) + "/cgroup").find("0::" + name), std::string::npos)
       << "the server moved into " << cgroup;
   start_agent_with({"--socket", "", "--metrics-listen", "", "--cgroup", cgroup});
-  ASSERT_EQ(run(tls_client("client", port_, {"--tokens", "10", "--requests", "3"}), "client.out"), 0)
+  ASSERT_EQ(run_to_end(tls_client("client", port_, {"--tokens", "10", "--requests", "3"}), "client.out"), 0)
       << read_file(path("client.out"));
   EXPECT_TRUE(has_hit_a_uprobe(server_pid)) << "the process in the cgroup has its probes";
   stop_tls_server("server");

@@ -90,12 +90,6 @@ class TlsFixture : public LiveTest {
     return read_ndjson(path(name + ".ndjson"));
   }
 
-  // Runs argv to its end (LiveTest::run_to_end); its exit status.
-  int run(const std::vector<std::string>& argv, const std::string& log_name,
-          std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-    return run_to_end(argv, log_name, timeout);
-  }
-
   std::vector<std::string> tls_client(const std::string& name, std::uint16_t port, std::vector<std::string> extra) {
     std::vector<std::string> argv = {kPython, kTlsPeer, "client", "--port", std::to_string(port), "--log",
                                      path(name + ".ndjson")};

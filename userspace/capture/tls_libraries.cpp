@@ -90,6 +90,27 @@ std::string place_io_probes(const std::string& path, std::vector<std::uint64_t>&
   return where.empty() ? where : where + ": one emulated trap per call";
 }
 
+// The path that opens a mapped file: its map_files entry (the very file
+// mapped, even deleted or in another mount namespace), else the path in the
+// process's root; a deleted file only through map_files (its path names a
+// replacement or nothing). "" and *why when neither opens (the process's
+// container torn down, a mount the agent cannot see).
+std::string mapped_path(const std::string& proc, const MappedFile& m, std::string* why) {
+  const std::string mapped = proc + "/map_files/" + hex(m.start) + "-" + hex(m.end);
+  if (access(mapped.c_str(), R_OK) == 0) return mapped;
+  const std::string mapped_error = errno_text(errno);
+  if (m.deleted) {
+    *why = "mapped while deleted or replaced on disk, and " + mapped + " does not open: " + mapped_error;
+    return "";
+  }
+  const std::string rooted = proc + "/root" + m.path;
+  if (access(rooted.c_str(), R_OK) == 0) return rooted;
+  const std::string rooted_error = errno_text(errno);
+  *why = "opens neither through " + mapped + " (" + mapped_error + ") nor through its root, " + rooted + " (" +
+         rooted_error + "): the process's root is gone or hidden from the agent";
+  return "";
+}
+
 bool numeric(const char* name) {
   if (!*name) return false;
   for (const char* p = name; *p; ++p)
@@ -99,8 +120,9 @@ bool numeric(const char* name) {
 
 }  // namespace
 
-TlsLibraries::TlsLibraries(const TlsPrograms& programs, std::vector<LoadNote>* notes, TlsTargets targets)
-    : programs_(programs), notes_(notes), targets_(std::move(targets)) {
+TlsLibraries::TlsLibraries(const TlsPrograms& programs, std::vector<LoadNote>* notes, TlsTargets targets,
+                           std::string proc_root)
+    : programs_(programs), notes_(notes), targets_(std::move(targets)), proc_root_(std::move(proc_root)) {
   if (targets_.per_process())
     note("TLS probes per targeted process, not per library file",
          "targeting names processes (" + targets_.narrowed_by() + "): libssl users that are not targets never trap");
@@ -127,7 +149,8 @@ void TlsLibraries::scan_everything(std::uint64_t now_ns) {
   in_full_scan_ = true;
   for (auto& [key, file] : files_) file.pids.clear();  // found again below while still mapped
   // Through init's root when the agent may see it (its own container is not the host's).
-  const std::string host_root = access("/proc/1/root/", X_OK) == 0 ? "/proc/1/root" : "";
+  const std::string init_root = proc_root_ + "/1/root";
+  const std::string host_root = access((init_root + "/").c_str(), X_OK) == 0 ? init_root : "";
   // Per-process probes need a process: a library no target maps waits for one.
   for (const char* dir : kLibraryDirs) {
     if (targets_.per_process()) break;
@@ -145,7 +168,7 @@ void TlsLibraries::scan_everything(std::uint64_t now_ns) {
     }
     closedir(d);
   }
-  if (DIR* proc = opendir("/proc")) {
+  if (DIR* proc = opendir(proc_root_.c_str())) {
     while (dirent* entry = readdir(proc))
       if (numeric(entry->d_name)) scan_process(static_cast<std::uint32_t>(std::strtoul(entry->d_name, nullptr, 10)));
     closedir(proc);
@@ -186,13 +209,11 @@ void TlsLibraries::tick(std::uint64_t now_ns) {
   }
 }
 
-// Each executable file mapping not inspected yet, through map_files (the very
-// file mapped, even deleted or in another mount namespace), else through the
-// process's root.
+// Each executable file mapping not inspected yet, through mapped_path.
 void TlsLibraries::scan_process(std::uint32_t pid) {
   const bool per_process = targets_.per_process();
   if (per_process && !targets_.eligible(pid)) return;
-  const std::string proc = "/proc/" + std::to_string(pid);
+  const std::string proc = proc_root_ + "/" + std::to_string(pid);
   FILE* maps = std::fopen((proc + "/maps").c_str(), "re");
   ++stats_.tls_process_scans;
   if (!maps) {
@@ -212,13 +233,27 @@ void TlsLibraries::scan_process(std::uint32_t pid) {
       if (m->deleted) mapped_deleted(it->second, pid);
       if (!per_process || it->second.offsets.empty()) continue;
     }
-    std::string path = proc + "/map_files/" + hex(m->start) + "-" + hex(m->end);
-    if (access(path.c_str(), R_OK) != 0 && !m->deleted) path = proc + "/root" + m->path;
+    std::string why;
+    const std::string path = mapped_path(proc, *m, &why);
+    if (path.empty()) {
+      if (!known) unreachable(key, *m, pid, why);
+      continue;
+    }
     if (!known) inspect(key, path, m->path, base_name(m->path), m->deleted, pid);
     if (per_process && !widen_pending_) probe_process(key, files_[key], pid, path);
   }
   std::free(line);
   std::fclose(maps);
+}
+
+// A mapped file that opens neither way: kept as inspected (noted once, like
+// a file that does not parse); counted and named when it is an OpenSSL library.
+void TlsLibraries::unreachable(const FileKey& key, const MappedFile& m, std::uint32_t pid, const std::string& why) {
+  files_[key].seen_scan = full_scans_;
+  const std::string_view name = base_name(m.path);
+  if (!is_openssl_name(name)) return;
+  ++stats_.tls_attach_failures;
+  note("TLS library " + std::string(name) + " not probed", m.path + " of process " + std::to_string(pid) + ": " + why);
 }
 
 // `path` opens the file; `shown` is how the process names it (for the notes).
@@ -295,8 +330,8 @@ void TlsLibraries::check_deleted_mappers(std::uint64_t now_ns) {
   next_mapper_check_ns_ = now_ns + kDeletedMapperCheckNs;
   for (auto& [key, file] : files_) {
     if (!file.deleted || file.links.empty() || file.pids.empty()) continue;
-    std::erase_if(file.pids, [](std::uint32_t pid) {
-      FILE* maps = std::fopen(("/proc/" + std::to_string(pid) + "/maps").c_str(), "re");
+    std::erase_if(file.pids, [this](std::uint32_t pid) {
+      FILE* maps = std::fopen((proc_root_ + "/" + std::to_string(pid) + "/maps").c_str(), "re");
       if (!maps) return true;
       const bool mapped = std::fgetc(maps) != EOF;
       std::fclose(maps);

@@ -64,7 +64,9 @@ struct TlsLibraryStats {
 class TlsLibraries {
  public:
   // `notes` receives each attach decision (and failure) with its reason.
-  TlsLibraries(const TlsPrograms& programs, std::vector<LoadNote>* notes, TlsTargets targets = {});
+  // `proc_root`: where the process directories are read (a test's fake tree).
+  TlsLibraries(const TlsPrograms& programs, std::vector<LoadNote>* notes, TlsTargets targets = {},
+               std::string proc_root = "/proc");
   ~TlsLibraries();
   TlsLibraries(const TlsLibraries&) = delete;
   TlsLibraries& operator=(const TlsLibraries&) = delete;
@@ -101,6 +103,7 @@ class TlsLibraries {
   void widen_to_files();
   void inspect(const FileKey& key, const std::string& path, const std::string& shown, std::string_view name,
                bool deleted, std::uint32_t pid);
+  void unreachable(const FileKey& key, const MappedFile& m, std::uint32_t pid, const std::string& why);
   void mapped_deleted(File& file, std::uint32_t pid);
   void check_deleted_mappers(std::uint64_t now_ns);
   bool attach_tls(const File& file, const std::string& path, int pid, std::vector<bpf_link*>& links,
@@ -114,6 +117,7 @@ class TlsLibraries {
   TlsPrograms programs_;
   std::vector<LoadNote>* notes_;
   TlsTargets targets_;
+  std::string proc_root_;
   bool widen_pending_ = false;  // too many processes: per-file probes at the next tick
   std::map<FileKey, File> files_;           // every file inspected, TLS or not
   std::vector<std::string> library_names_;  // by id - 1

@@ -36,6 +36,7 @@ const char* kUsage = R"(usage: send-loop [options]
   --seconds S              run for S seconds instead of --count
   --warmup N               untimed writes before the timed loop (default 0)
   --sender write|send|writev|sendmsg  write syscall (default write; file mode: write|writev)
+  --iovecs N               writev/sendmsg: each write split into N iovecs (default 1; at most 1024)
   --framing close|chunked  sse response framing; chunked puts chunk framing inside each write (default close)
   --path P                 request path of the sse preamble (default /v1/chat/completions)
   --no-nodelay             do not set TCP_NODELAY on the writing socket
@@ -97,8 +98,22 @@ bool write_all(int fd, std::string_view d) {
   return true;
 }
 
+// The bytes [p, p + left) as up to `count` iovecs of near-equal length (a
+// gRPC library's scatter/gather send: one iovec per frame header, name, value).
+std::size_t split_iovecs(const char* p, std::size_t left, std::size_t count, std::vector<iovec>& iov) {
+  count = std::max<std::size_t>(1, std::min(count, left));
+  iov.resize(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t len = left / count + (i < left % count ? 1 : 0);
+    iov[i] = {const_cast<char*>(p), len};
+    p += len;
+  }
+  return count;
+}
+
 // One syscall per call (partial writes are completed with further calls).
-inline bool do_write(int fd, Sender s, const std::string& payload) {
+inline bool do_write(int fd, Sender s, const std::string& payload, std::size_t iovecs) {
+  static thread_local std::vector<iovec> iov;
   const char* p = payload.data();
   std::size_t left = payload.size();
   while (left > 0) {
@@ -107,15 +122,14 @@ inline bool do_write(int fd, Sender s, const std::string& payload) {
       case Sender::write: n = ::write(fd, p, left); break;
       case Sender::send: n = ::send(fd, p, left, MSG_NOSIGNAL); break;
       case Sender::writev: {
-        iovec iov{const_cast<char*>(p), left};
-        n = ::writev(fd, &iov, 1);
+        const int parts = int(split_iovecs(p, left, iovecs, iov));  // before iov.data(): it may reallocate
+        n = ::writev(fd, iov.data(), parts);
         break;
       }
       case Sender::sendmsg: {
-        iovec iov{const_cast<char*>(p), left};
         msghdr mh{};
-        mh.msg_iov = &iov;
-        mh.msg_iovlen = 1;
+        mh.msg_iovlen = split_iovecs(p, left, iovecs, iov);
+        mh.msg_iov = iov.data();
         n = ::sendmsg(fd, &mh, MSG_NOSIGNAL);
         break;
       }
@@ -140,7 +154,7 @@ inline bool do_write(int fd, Sender s, const std::string& payload) {
 
 int main(int argc, char** argv) {
   it::Args a(kUsage);
-  for (const char* o : {"mode", "payload", "size", "count", "seconds", "warmup", "sender", "framing", "path"})
+  for (const char* o : {"mode", "payload", "size", "count", "seconds", "warmup", "sender", "iovecs", "framing", "path"})
     a.option(o);
   a.flag("no-nodelay");
   if (!a.parse(argc, argv)) return 2;
@@ -153,11 +167,12 @@ int main(int argc, char** argv) {
   const std::int64_t count = a.integer("count", 100000);
   const double seconds = a.number("seconds", 0);
   const std::int64_t warmup = a.integer("warmup", 0);
+  const std::int64_t iovecs = a.integer("iovecs", 1);
   const bool nodelay = !a.has("no-nodelay");
   const bool sse = payload_kind == "sse";
   if (sse) size = std::max<std::int64_t>(size, chunked ? 24 : 16);
-  if (size < 1 || count < 0) {
-    std::fprintf(stderr, "bad --size/--count\n%s", kUsage);
+  if (size < 1 || count < 0 || iovecs < 1 || iovecs > 1024) {
+    std::fprintf(stderr, "bad --size/--count/--iovecs\n%s", kUsage);
     return 2;
   }
   Sender sender = sender_s == "write"    ? Sender::write
@@ -238,7 +253,7 @@ int main(int argc, char** argv) {
   }
 
   for (std::int64_t i = 0; i < warmup; ++i)
-    if (!do_write(wfd, sender, payload)) die("write");
+    if (!do_write(wfd, sender, payload, std::size_t(iovecs))) die("write");
 
   std::int64_t writes = 0;
   const std::int64_t t0 = it::mono_ns();
@@ -247,14 +262,14 @@ int main(int argc, char** argv) {
     const std::int64_t end = t0 + std::int64_t(seconds * 1e9);
     for (;;) {
       for (int k = 0; k < 64; ++k)
-        if (!do_write(wfd, sender, payload)) die("write");
+        if (!do_write(wfd, sender, payload, std::size_t(iovecs))) die("write");
       writes += 64;
       t1 = it::mono_ns();
       if (t1 >= end) break;
     }
   } else {
     for (std::int64_t i = 0; i < count; ++i)
-      if (!do_write(wfd, sender, payload)) die("write");
+      if (!do_write(wfd, sender, payload, std::size_t(iovecs))) die("write");
     writes = count;
     t1 = it::mono_ns();
   }

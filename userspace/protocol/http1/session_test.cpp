@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "support/session_side.h"
+
 namespace infertap::protocol {
 namespace {
 
-std::span<const std::uint8_t> bytes(std::string_view s) {
-  return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()};
-}
+using testing::as_bytes;
 
 struct Recorder : ExchangeSink {
   struct Response {
@@ -52,45 +52,31 @@ struct Recorder : ExchangeSink {
   void on_parse_error(ParseError e, bool) override { errors.push_back(e); }
 };
 
-// Feeds one direction piece by piece, keeping its stream position.
-struct Side {
-  Http1Session& session;
-  Flow flow;
-  std::uint64_t position = 0;
-  void send(std::string_view s, TimestampNs ts) {
-    Piece p;
-    p.position = position;
-    p.length = s.size();
-    p.head = bytes(s);
-    p.ts = ts;
-    session.feed(flow, p);
-    position += s.size();
-  }
-};
+using Side = testing::Side<Http1Session>;
 
 const std::string kRequest = "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}";
 const std::string kStreamHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: ";
 
 TEST(Http1Session, FirstBytesGiveTheRole) {
-  EXPECT_EQ(role_from_first_bytes(Flow::inbound, bytes("GET / HTTP/1.1\r\n")), Role::server);
-  EXPECT_EQ(role_from_first_bytes(Flow::outbound, bytes("POST /v1 HTTP/1.1\r\n")), Role::client);
-  EXPECT_EQ(role_from_first_bytes(Flow::inbound, bytes("HTTP/1.1 200 OK\r\n")), Role::client);
-  EXPECT_EQ(role_from_first_bytes(Flow::outbound, bytes("data: {}\n\n")), Role::server);
-  EXPECT_EQ(role_from_first_bytes(Flow::outbound, bytes("1f\r\ndata: x")), Role::server);
-  EXPECT_EQ(role_from_first_bytes(Flow::outbound, bytes("\x16\x03\x01\x02\x00")), Role::unknown);
+  EXPECT_EQ(role_from_first_bytes(Flow::inbound, as_bytes("GET / HTTP/1.1\r\n")), Role::server);
+  EXPECT_EQ(role_from_first_bytes(Flow::outbound, as_bytes("POST /v1 HTTP/1.1\r\n")), Role::client);
+  EXPECT_EQ(role_from_first_bytes(Flow::inbound, as_bytes("HTTP/1.1 200 OK\r\n")), Role::client);
+  EXPECT_EQ(role_from_first_bytes(Flow::outbound, as_bytes("data: {}\n\n")), Role::server);
+  EXPECT_EQ(role_from_first_bytes(Flow::outbound, as_bytes("1f\r\ndata: x")), Role::server);
+  EXPECT_EQ(role_from_first_bytes(Flow::outbound, as_bytes("\x16\x03\x01\x02\x00")), Role::unknown);
 }
 
 TEST(Http1Session, NotHttpIsRefused) {
   Recorder rec;
   Http1Session session(rec, 4096);
-  EXPECT_FALSE(session.decide(Flow::inbound, bytes("SSH-2.0-OpenSSH_9.2\r\n")));
+  EXPECT_FALSE(session.decide(Flow::inbound, as_bytes("SSH-2.0-OpenSSH_9.2\r\n")));
   EXPECT_FALSE(session.accepts(Flow::inbound));
 }
 
 TEST(Http1Session, PipelinedResponsesAnswerTheirRequestsInOrder) {
   Recorder rec;
   Http1Session session(rec, 4096);
-  ASSERT_TRUE(session.decide(Flow::inbound, bytes(kRequest)));
+  ASSERT_TRUE(session.decide(Flow::inbound, as_bytes(kRequest)));
   EXPECT_EQ(session.role(), Role::server);
   EXPECT_TRUE(session.carries_responses(Flow::outbound));
   Side in{session, Flow::inbound}, out{session, Flow::outbound};
@@ -118,7 +104,7 @@ TEST(Http1Session, PipelinedResponsesAnswerTheirRequestsInOrder) {
 TEST(Http1Session, HolesCountAsBodyAndKeepPositions) {
   Recorder rec;
   Http1Session session(rec, 4096);
-  ASSERT_TRUE(session.decide(Flow::inbound, bytes(kRequest)));
+  ASSERT_TRUE(session.decide(Flow::inbound, as_bytes(kRequest)));
   Side in{session, Flow::inbound}, out{session, Flow::outbound};
   in.send(kRequest, 1);
   const std::string e1 = "data: one\n\n", e2 = "data: two\n\n";
@@ -126,13 +112,7 @@ TEST(Http1Session, HolesCountAsBodyAndKeepPositions) {
   out.send(head, 2);
   // One call moved e1 + e2; only e1's first 4 bytes and e2 were captured.
   const std::string both = e1 + e2;
-  Piece p;
-  p.position = out.position;
-  p.length = both.size();
-  p.head = bytes(std::string_view(both).substr(0, 4));
-  p.tail = bytes(std::string_view(both).substr(e1.size()));
-  p.ts = 3;
-  session.feed(Flow::outbound, p);
+  out.send_with_hole(both, 4, e2.size(), 3);
   session.close(4);
   ASSERT_EQ(rec.responses.size(), 1u);
   const auto& r = rec.responses[0];
@@ -147,7 +127,7 @@ TEST(Http1Session, HolesCountAsBodyAndKeepPositions) {
 TEST(Http1Session, AResponseTheConnectionCutShortSaysSo) {
   Recorder rec;
   Http1Session session(rec, 4096);
-  ASSERT_TRUE(session.decide(Flow::outbound, bytes(kRequest)));  // a client
+  ASSERT_TRUE(session.decide(Flow::outbound, as_bytes(kRequest)));  // a client
   EXPECT_EQ(session.role(), Role::client);
   Side out{session, Flow::outbound}, in{session, Flow::inbound};
   out.send(kRequest, 1);
@@ -184,7 +164,7 @@ std::string gzip(std::string_view text) {
 TEST(Http1Session, CompressedEventsAreDecodedAndPlacedByTheirCompressedBytes) {
   Recorder rec;
   Http1Session session(rec, 4096);
-  ASSERT_TRUE(session.decide(Flow::inbound, bytes(kRequest)));
+  ASSERT_TRUE(session.decide(Flow::inbound, as_bytes(kRequest)));
   Side in{session, Flow::inbound}, out{session, Flow::outbound};
   in.send(kRequest, 1);
   const std::string body = gzip("data: one\n\ndata: two\n\ndata: three\n\n");
@@ -209,7 +189,7 @@ TEST(Http1Session, ACompressedBodyThatCannotBeDecodedSaysWhy) {
   for (const std::string& coding : {std::string("compress"), std::string("gzip")}) {
     Recorder rec;
     Http1Session session(rec, 4096);
-    ASSERT_TRUE(session.decide(Flow::inbound, bytes(kRequest)));
+    ASSERT_TRUE(session.decide(Flow::inbound, as_bytes(kRequest)));
     Side in{session, Flow::inbound}, out{session, Flow::outbound};
     in.send(kRequest, 1);
     out.send(head_start + "Content-Encoding: " + coding + "\r\n\r\n", 2);
@@ -221,8 +201,8 @@ TEST(Http1Session, ACompressedBodyThatCannotBeDecodedSaysWhy) {
     Piece p;
     p.position = out.position;
     p.length = chunk.size();
-    p.head = bytes(std::string_view(chunk).substr(0, 12));
-    p.tail = bytes(std::string_view(chunk).substr(chunk.size() - 12));
+    p.head = as_bytes(std::string_view(chunk).substr(0, 12));
+    p.tail = as_bytes(std::string_view(chunk).substr(chunk.size() - 12));
     p.ts = 3;
     session.feed(Flow::outbound, p);
     ASSERT_EQ(rec.responses.size(), 1u);

@@ -11,16 +11,14 @@
 #include <vector>
 
 #include "support/h2_frames.h"
+#include "support/session_side.h"
 
 namespace infertap::protocol::http2 {
 namespace {
 
+using testing::as_bytes;
 using testing::H2Builder;
 using testing::H2Fields;
-
-std::span<const std::uint8_t> bytes(std::string_view s) {
-  return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()};
-}
 
 struct StreamLog : ExchangeSink {
   std::optional<ResponseInfo> info;
@@ -71,36 +69,7 @@ struct Sinks : StreamSinks {
   void on_problem(Problem p) override { ++problems[p]; }
 };
 
-// One direction: its bytes so far and its position.
-struct Side {
-  Session& session;
-  Flow flow;
-  std::uint64_t position = 0;
-  // One piece with all of `s` captured.
-  void send(std::string_view s, TimestampNs ts) {
-    Piece p;
-    p.position = position;
-    p.length = s.size();
-    p.head = bytes(s);
-    p.ts = ts;
-    session.feed(flow, p);
-    position += s.size();
-  }
-  // A piece of `length` bytes of which only the first `head` and last `tail` were copied.
-  void send_with_hole(std::string_view s, std::size_t head, std::size_t tail, TimestampNs ts) {
-    Piece p;
-    p.position = position;
-    p.length = s.size();
-    p.head = bytes(s.substr(0, head));
-    p.tail = bytes(s.substr(s.size() - tail));
-    p.ts = ts;
-    session.feed(flow, p);
-    position += s.size();
-  }
-  void send_bytewise(std::string_view s, TimestampNs ts) {
-    for (std::size_t i = 0; i < s.size(); ++i) send(s.substr(i, 1), ts + i);
-  }
-};
+using Side = testing::Side<Session>;
 
 const H2Fields kRequest = {{":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/v1/chat/completions"}};
 const H2Fields kSseHead = {{":status", "200"}, {"content-type", "text/event-stream"}};
@@ -115,7 +84,7 @@ struct Http2Session : ::testing::Test {
   // A client connection: preface, SETTINGS, the request of stream `id`.
   void client_start(std::uint32_t id = 1) {
     const std::string first = H2Builder::preface() + H2Builder::settings({});
-    ASSERT_TRUE(session.decide(Flow::outbound, bytes(first)));
+    ASSERT_TRUE(session.decide(Flow::outbound, as_bytes(first)));
     out.send(first, 1);
     out.send(client.headers(id, kRequest, false) + H2Builder::data(id, "{\"stream\":true}", true), 2);
     in.send(H2Builder::settings({}), 3);
@@ -152,7 +121,7 @@ TEST_F(Http2Session, EachStreamIsAnExchangeWithEventsAtConnectionPositions) {
 
 TEST_F(Http2Session, ByteWisePiecesGiveTheSameEvents) {
   const std::string first = H2Builder::preface() + H2Builder::settings({});
-  ASSERT_TRUE(session.decide(Flow::outbound, bytes(first)));
+  ASSERT_TRUE(session.decide(Flow::outbound, as_bytes(first)));
   out.send_bytewise(first + client.headers(1, kRequest, true), 1);
   const std::string response = H2Builder::settings({}) + server.headers(1, kSseHead, false, 3, 2) +
                                H2Builder::data(1, "data: x\n", false, 5) + H2Builder::data(1, "\ndata: y\n\n", true);
@@ -270,7 +239,7 @@ TEST_F(Http2Session, RequestBlockCutByAHoleLeavesTheResponsesHeadersUnknown) {
 TEST_F(Http2Session, JoinedMidConnectionTimesDataByStreamAndNeverGuessesAPath) {
   // The agent started after stream 5 began: its first bytes are event DATA.
   const std::string frame = H2Builder::data(5, "data: late\n\n", false);
-  ASSERT_TRUE(session.decide(Flow::inbound, bytes(frame)));
+  ASSERT_TRUE(session.decide(Flow::inbound, as_bytes(frame)));
   EXPECT_EQ(session.role(), Role::client);
   in.send(frame, 1);
   // A header block that refers to table entries never seen cannot be read.
@@ -324,7 +293,7 @@ TEST_F(Http2Session, GoawayEndsStreamsAboveItsLastStreamId) {
 
 TEST_F(Http2Session, ZeroWindowWhileTheStreamHasMoreIsAnEpisode) {
   const std::string first = H2Builder::preface() + H2Builder::settings({{0x4, 20}});  // initial window 20
-  ASSERT_TRUE(session.decide(Flow::outbound, bytes(first)));
+  ASSERT_TRUE(session.decide(Flow::outbound, as_bytes(first)));
   out.send(first + client.headers(1, kRequest, true), 1);
   in.send(H2Builder::settings({}) + server.headers(1, kSseHead, false), 2);
   in.send(H2Builder::data(1, "data: 0123456789ab\n\n", false), 1'000);  // 20 bytes: window 0
@@ -442,20 +411,20 @@ TEST_F(Http2Session, HeadersAfterDataThatCameFirstAreTrailersNotASecondResponse)
 }
 
 TEST(Http2Detect, FirstBytesSayWhetherAConnectionIsHttp2) {
-  EXPECT_EQ(detect(bytes(H2Builder::preface())), Start::preface);
-  EXPECT_EQ(detect(bytes("PRI * HT")), Start::preface);
-  EXPECT_EQ(detect(bytes(H2Builder::settings({{0x3, 100}, {0x4, 65535}}))), Start::server_settings);
-  EXPECT_EQ(detect(bytes(H2Builder::data(3, "data: x\n\n", false))), Start::joined);
-  EXPECT_EQ(detect(bytes(H2Builder::data(3, "binary", false))), Start::not_http2);
-  EXPECT_EQ(detect(bytes("POST / HTTP/1.1\r\n")), Start::not_http2);
-  EXPECT_EQ(detect(bytes("HTTP/1.1 200 OK\r\n")), Start::not_http2);
+  EXPECT_EQ(detect(as_bytes(H2Builder::preface())), Start::preface);
+  EXPECT_EQ(detect(as_bytes("PRI * HT")), Start::preface);
+  EXPECT_EQ(detect(as_bytes(H2Builder::settings({{0x3, 100}, {0x4, 65535}}))), Start::server_settings);
+  EXPECT_EQ(detect(as_bytes(H2Builder::data(3, "data: x\n\n", false))), Start::joined);
+  EXPECT_EQ(detect(as_bytes(H2Builder::data(3, "binary", false))), Start::not_http2);
+  EXPECT_EQ(detect(as_bytes("POST / HTTP/1.1\r\n")), Start::not_http2);
+  EXPECT_EQ(detect(as_bytes("HTTP/1.1 200 OK\r\n")), Start::not_http2);
 }
 
 TEST(Http2Detect, ServerSettingsFirstMakesTheServerRole) {
   Sinks sinks;
   Session session(sinks, 4096);
   const std::string settings = H2Builder::settings({{0x4, 65535}});
-  ASSERT_TRUE(session.decide(Flow::outbound, bytes(settings)));
+  ASSERT_TRUE(session.decide(Flow::outbound, as_bytes(settings)));
   EXPECT_EQ(session.role(), Role::server);
   EXPECT_TRUE(session.carries_responses(Flow::outbound));
   Side out{session, Flow::outbound}, in{session, Flow::inbound};
