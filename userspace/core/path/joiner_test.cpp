@@ -248,6 +248,44 @@ TEST_F(PathJoinerTest, GatewayLegsJoinByContentAndHeldEventsAreGatewayBuffering)
   for (const Stall& st : g->metrics.stalls) EXPECT_EQ(st.cause, StallCause::gateway_buffering) << st.evidence;
 }
 
+// nginx's default buffering in front of a TLS client: the gateway sends the
+// whole stream at its end in one 16 KB write, the client reads it in one
+// 16 KB read, and the capture copied only the head of each: both saw the
+// first 14 events of 60. The other 46 stop at the gateway's upstream read
+// (its downstream record never had them); that read is not a delivery, and
+// must not pull the delivered times of the events before it forward.
+TEST_F(PathJoinerTest, EventsAGatewayBurstHidFromTheCaptureDoNotDeliverAtTheGatewaysRead) {
+  const Side server{Role::server, 100, 1, ep(1, 8000), ep(3, 6000), "sample-server"};
+  const Side up{Role::client, 300, 2, ep(3, 6000), ep(1, 8000), "nginx"};
+  const Side down{Role::server, 300, 3, ep(3, 443), ep(2, 40000), "nginx"};
+  const Side client{Role::client, 200, 4, ep(2, 40000), ep(3, 443), "python3"};
+  constexpr int kEvents = 60, kCaptured = 14;
+  const auto sent = [](int i) { return kT0 + 50 * kMs + i * 10 * kMs; };
+  const TimestampNs flushed = sent(kEvents - 1) + kMs, read = flushed + kMs / 10;
+  peer_ = PathPartners::Activity::streaming;
+  gateway_ = PathPartners::Activity::idle;
+  gateway_pid_ = 300;
+  joiner.add(stream(server, kEvents, sent, 5000), kT0 + 700 * kMs);
+  joiner.add(stream(up, kEvents, [&](int i) { return sent(i) + kMs / 10; }, 5000), kT0 + 700 * kMs);
+  StreamRecord d = stream(down, kCaptured, [&](int) { return flushed; }, 90000);
+  for (auto& e : d.timeline) e.events_in_syscall = kCaptured;
+  joiner.add(std::move(d), kT0 + 700 * kMs);
+  joiner.add(stream(client, kCaptured, [&](int) { return read; }, 90000), kT0 + 700 * kMs);
+  ASSERT_EQ(out_.size(), 4u);
+
+  const StreamRecord* s = find(Role::server, 100);
+  ASSERT_TRUE(s && s->delivery);
+  EXPECT_EQ(s->delivery->path, "sample-server>gateway(nginx)>python3");
+  ASSERT_TRUE(s->delivery->metrics.ttft_ns);
+  EXPECT_EQ(*s->delivery->metrics.ttft_ns, read - kT0) << "the client's read of the first token";
+  EXPECT_EQ(*s->delivery->ttft_added_ns, read - sent(0));
+  EXPECT_EQ(s->delivery->ttft_cause, StallCause::gateway_buffering) << s->delivery->ttft_evidence;
+  for (int i = 0; i < kEvents; ++i) {
+    const TimestampNs t = s->path_times[static_cast<std::size_t>(i)].delivered_ns;
+    EXPECT_TRUE(t == 0 || t >= read) << "event " << i << " delivered before the client read it: " << t;
+  }
+}
+
 TEST_F(PathJoinerTest, ARecordWaitsOnlyWhileItsPartnerCanStillCome) {
   peer_ = PathPartners::Activity::idle;  // the peer connection is followed but not streaming
   joiner.add(stream(kServer, 5, [](int i) { return kT0 + i * kMs; }), kT0 + 10 * kMs);

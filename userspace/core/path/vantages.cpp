@@ -37,7 +37,7 @@ PathTimes times_of(const PathNode& node, int i, std::vector<Hop>& scratch) {
     else pt.upstream_ns = other;
   }
   hops_of(&node, i, scratch);
-  if (!scratch.empty() && scratch.back().kind != HopKind::emit) pt.delivered_ns = scratch.back().ts;
+  if (reached_end(scratch)) pt.delivered_ns = scratch.back().ts;
   return pt;
 }
 
