@@ -200,9 +200,17 @@ TEST_P(GatewayPath, GatewayDelayIsMeasuredAndBufferingIsNamed) {
   ASSERT_EQ(servers.size(), std::size_t(kStreams));
   ASSERT_EQ(clients.size(), std::size_t(kStreams));
   ASSERT_EQ(downstream.size(), std::size_t(2 * kStreams)) << "both legs of the gateway, per stream";
+  // The client's own TTFT per request (its keep-alive requests on conn 0), median.
+  std::vector<double> client_ttfts;
+  for (int req = 0; req < kStreams; ++req) client_ttfts.push_back(testing::ClientLog::parse(c.log_path, 0, req).ttft_ms());
+  std::sort(client_ttfts.begin(), client_ttfts.end());
+  const double client_ttft_ms = client_ttfts[client_ttfts.size() / 2];
+  ASSERT_GT(client_ttft_ms, 0.0) << "the client logged no first token: " << c.output;
 
   for (const auto& r : servers) {
     ASSERT_TRUE(r["delivery"].is_object()) << describe(r);
+    EXPECT_NEAR(r["delivery"]["ttft_ms"].get<double>(), client_ttft_ms, std::max(20.0, 0.15 * client_ttft_ms))
+        << "the delivered TTFT is the client's own, " << client_ttft_ms << " ms: " << describe(r);
     EXPECT_NE(r["delivery"]["path"].get<std::string>().find("gateway(" + gw_comm + ")"), std::string::npos)
         << describe(r);
     EXPECT_EQ(r["delivery"]["vantage"], "read") << describe(r);

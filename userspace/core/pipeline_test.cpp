@@ -172,6 +172,13 @@ TEST(Pipeline, BurstLongerThanTheCaptureKeepsItsEdgesAndCountsTheHole) {
   EXPECT_EQ(r.timeline.back().ts_ns, kT0 + 420 * kMs);
   EXPECT_EQ(r.timeline.back().kind, protocol::EventKind::content);
   EXPECT_EQ(r.end, StreamEnd::complete);
+  // The record keeps where the uncopied run starts in the body and when its
+  // send returned: a path places the events inside it by position.
+  ASSERT_EQ(r.body_holes.size(), 1u);
+  const std::size_t size_line = chunked(burst).size() - burst.size() - 2;  // "<hex>\r\n" before the data
+  EXPECT_EQ(r.body_holes[0].offset, 512 - size_line);
+  EXPECT_EQ(r.body_holes[0].bytes, r.bytes_not_captured);
+  EXPECT_EQ(r.body_holes[0].ts, kT0 + 400 * kMs);
 }
 
 TEST(Pipeline, LongEventBeyondCaptureIsTruncatedButStillATokenEvent) {

@@ -122,6 +122,20 @@ struct PathTimes {
                                     // hop's ack
 };
 
+// A run of body bytes a call moved but the capture did not copy (the middle
+// of a read or write larger than its head and tail): where it starts in the
+// body, how many bytes at most (framing it swallowed included) and when the
+// call returned. The events inside it were never parsed, yet they moved then:
+// a path places another record's event by its body position here.
+struct BodyHole {
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = 0;
+  TimestampNs ts = 0;
+};
+// Holes kept per record (the first ones): bounds memory on a stream of many
+// large calls; events past them fall back to the next event seen.
+inline constexpr std::size_t kMaxBodyHoles = 64;
+
 // Where a stall came from. `none` until diagnosed.
 enum class StallCause : std::uint8_t { none, model, gateway_buffering, backpressure, network, client_read };
 std::string_view to_string(StallCause c);
@@ -272,6 +286,7 @@ struct StreamRecord {
   std::uint64_t body_bytes = 0;
   StreamMetrics metrics;
   std::vector<TimelineEvent> timeline;  // always kept; rendered only on request
+  std::vector<BodyHole> body_holes;     // in body order, at most kMaxBodyHoles; never output
   std::vector<PathTimes> path_times;    // parallel to timeline; empty when nothing past this socket was seen
   TcpContext tcp;
   LoadContext load;                  // the load it ran under (core/load.h)

@@ -188,6 +188,7 @@ bool Connection::feed(Flow flow, const capture::IoEvent& event) {
   context.call_ns = call_duration(h);
   context.more = (h.flags & ITAP_F_MORE) != 0;
   context.position = at.position;
+  context.ts = h.ts_ns;
   if (event.tls()) {
     // Plaintext positions are not TCP's: every event the call completed is
     // acknowledged with the ciphertext the call sent (0: not seen).

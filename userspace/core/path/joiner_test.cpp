@@ -248,6 +248,85 @@ TEST_F(PathJoinerTest, GatewayLegsJoinByContentAndHeldEventsAreGatewayBuffering)
   for (const Stall& st : g->metrics.stalls) EXPECT_EQ(st.cause, StallCause::gateway_buffering) << st.evidence;
 }
 
+// nginx's default buffering in front of a TLS client: the gateway sends the
+// whole stream at its end in one 16 KB write, the client reads it in one
+// 16 KB read, and the capture copied only the head of each: both saw the
+// first 14 events of 60. The other 46 stop at the gateway's upstream read
+// (its downstream record never had them).
+class BufferedBurstTest : public PathJoinerTest {
+ protected:
+  static constexpr int kEvents = 60, kCaptured = 14;
+  static TimestampNs sent(int i) { return kT0 + 50 * kMs + i * 10 * kMs; }
+  const TimestampNs flushed = sent(kEvents - 1) + kMs, read = flushed + kMs / 10;
+
+  // `holes`: the downstream and client records say where their calls' uncopied bytes were.
+  // `midstream`: the client's record joined its stream mid-way.
+  const StreamRecord* run(bool holes, bool midstream = false) {
+    const Side server{Role::server, 100, 1, ep(1, 8000), ep(3, 6000), "sample-server"};
+    const Side up{Role::client, 300, 2, ep(3, 6000), ep(1, 8000), "nginx"};
+    const Side down{Role::server, 300, 3, ep(3, 443), ep(2, 40000), "nginx"};
+    const Side client{Role::client, 200, 4, ep(2, 40000), ep(3, 443), "python3"};
+    peer_ = PathPartners::Activity::streaming;
+    gateway_ = PathPartners::Activity::idle;
+    gateway_pid_ = 300;
+    joiner.add(stream(server, kEvents, sent, 5000), kT0 + 700 * kMs);
+    joiner.add(stream(up, kEvents, [&](int i) { return sent(i) + kMs / 10; }, 5000), kT0 + 700 * kMs);
+    // The hole runs from the first uncopied event to past the last: its
+    // size is an upper bound (chunk framing it swallowed).
+    const BodyHole hole{100 * kCaptured, 100 * (kEvents - kCaptured) + 40, 0};
+    StreamRecord d = stream(down, kCaptured, [&](int) { return flushed; }, 90000);
+    for (auto& e : d.timeline) e.events_in_syscall = kCaptured;
+    if (holes) d.body_holes.push_back({hole.offset, hole.bytes, flushed});
+    joiner.add(std::move(d), kT0 + 700 * kMs);
+    StreamRecord c = stream(client, kCaptured, [&](int) { return read; }, 90000);
+    for (auto& e : c.timeline) e.data_hash = 0;  // not a gateway: hashes nothing
+    if (holes) c.body_holes.push_back({hole.offset, hole.bytes, read});
+    c.joined_midstream = midstream;
+    joiner.add(std::move(c), kT0 + 700 * kMs);
+    EXPECT_EQ(out_.size(), 4u);
+    return find(Role::server, 100);
+  }
+};
+
+// The gateway's read is not a delivery, and must not pull the delivered
+// times of the events before it forward: the delivered TTFT is the client's.
+TEST_F(BufferedBurstTest, EventsTheCaptureMissedAreNotDeliveredAtTheGatewaysRead) {
+  const StreamRecord* s = run(false);
+  ASSERT_TRUE(s && s->delivery);
+  EXPECT_EQ(s->delivery->path, "sample-server>gateway(nginx)>python3");
+  ASSERT_TRUE(s->delivery->metrics.ttft_ns);
+  EXPECT_EQ(*s->delivery->metrics.ttft_ns, read - kT0) << "the client's read of the first token";
+  EXPECT_EQ(*s->delivery->ttft_added_ns, read - sent(0));
+  EXPECT_EQ(s->delivery->ttft_cause, StallCause::gateway_buffering) << s->delivery->ttft_evidence;
+  for (int i = 0; i < kEvents; ++i) {
+    const TimestampNs t = s->path_times[static_cast<std::size_t>(i)].delivered_ns;
+    EXPECT_EQ(t, i < kCaptured ? read : 0) << "event " << i << ": nothing says when it was delivered";
+  }
+}
+
+// With the holes known, every event the client's read covered was delivered
+// by that read: found by its body position, as the path's other records
+// place it.
+TEST_F(BufferedBurstTest, EventsTheCaptureMissedAreDeliveredByTheReadThatCoveredThem) {
+  const StreamRecord* s = run(true);
+  ASSERT_TRUE(s && s->delivery);
+  EXPECT_EQ(*s->delivery->metrics.ttft_ns, read - kT0);
+  for (int i = 0; i < kEvents; ++i)
+    EXPECT_EQ(s->path_times[static_cast<std::size_t>(i)].delivered_ns, read) << "event " << i;
+  EXPECT_EQ(s->delivery->max_burst, static_cast<std::uint32_t>(kEvents)) << "the whole stream in one read";
+  EXPECT_EQ(*s->delivery->metrics.e2e_ns, read - kT0);
+}
+
+// Body positions name the same bytes only when the records start at the same
+// first event: a client that joined mid-stream is not placed by position.
+TEST_F(BufferedBurstTest, RecordsWhosePositionsDisagreeAreNotPlacedByPosition) {
+  const StreamRecord* s = run(true, true);
+  ASSERT_TRUE(s && s->delivery);
+  EXPECT_EQ(*s->delivery->metrics.ttft_ns, read - kT0);
+  for (int i = kCaptured; i < kEvents; ++i)
+    EXPECT_EQ(s->path_times[static_cast<std::size_t>(i)].delivered_ns, 0u) << "event " << i;
+}
+
 TEST_F(PathJoinerTest, ARecordWaitsOnlyWhileItsPartnerCanStillCome) {
   peer_ = PathPartners::Activity::idle;  // the peer connection is followed but not streaming
   joiner.add(stream(kServer, 5, [](int i) { return kT0 + i * kMs; }), kT0 + 10 * kMs);

@@ -54,6 +54,18 @@ void hops_of(const PathNode* node, int i, std::vector<Hop>& out) {
   }
 }
 
+bool reached_end(const std::vector<Hop>& hops) {
+  if (hops.empty()) return false;
+  const Hop& last = hops.back();
+  switch (last.kind) {
+    case HopKind::read: return !last.at->gateway;
+    case HopKind::acked: return !last.at->peer;
+    case HopKind::emit:
+    case HopKind::arrived: return false;
+  }
+  return false;
+}
+
 std::vector<Hop> hops_of(const PathNode* node, int i) {
   std::vector<Hop> out;
   hops_of(node, i, out);

@@ -46,4 +46,11 @@ struct Hop {
 void hops_of(const PathNode* node, int i, std::vector<Hop>& out);
 std::vector<Hop> hops_of(const PathNode* node, int i);
 
+// Did the walk reach the end of the traced path: a read by a process that
+// passes the bytes on to no one (not a gateway's upstream leg), or the ACK of
+// a sender whose reader is not traced? A walk that stopped short, at a
+// gateway or at a sender whose reader missed the event, says nothing of when
+// the event was delivered.
+bool reached_end(const std::vector<Hop>& hops);
+
 }  // namespace infertap::core

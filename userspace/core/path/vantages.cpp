@@ -18,6 +18,60 @@ std::vector<int> content_events(const std::vector<TimelineEvent>& timeline) {
 
 namespace {
 
+// Across a link (a connection's two ends, a gateway's two legs) a body
+// offset names the same byte on both sides when both records start at the
+// body's first event and it is the same event: neither joined mid-stream,
+// the gateway passed the body through unchanged, no side decoded it. Only a
+// process that may be a gateway hashes its events: a hash is compared when
+// both sides have one.
+bool positions_agree(const StreamRecord& a, const StreamRecord& b) {
+  if (a.joined_midstream || b.joined_midstream || a.timeline.empty() || b.timeline.empty()) return false;
+  if (a.content_encoding != protocol::ContentEncoding::identity || b.content_encoding != a.content_encoding) return false;
+  const TimelineEvent &x = a.timeline.front(), &y = b.timeline.front();
+  const bool hashes_agree = !x.data_hash || !y.data_hash || x.data_hash == y.data_hash;
+  return x.offset == y.offset && x.wire_bytes == y.wire_bytes && hashes_agree;
+}
+
+// The end client a node's bytes go on to (through the reader of a sender and
+// the downstream leg of a gateway), when body offsets agree all the way.
+const PathNode* end_reader(const PathNode* node) {
+  const PathNode* start = node;
+  for (int step = 0; step < 8; ++step) {
+    const PathNode* next = node->rec.role == Role::server ? node->peer : node->gateway;
+    if (!next) break;
+    if (!positions_agree(node->rec, next->rec)) return nullptr;
+    node = next;
+  }
+  return node != start && node->rec.role == Role::client && !node->gateway ? node : nullptr;
+}
+
+// When `reader` read the body byte just before offset `end`: the read that
+// completed the event holding it, or the call whose uncopied run held it
+// (0: neither is known).
+TimestampNs read_at_position(const StreamRecord& reader, std::uint64_t end) {
+  if (end == 0) return 0;
+  const std::uint64_t byte = end - 1;
+  const auto& tl = reader.timeline;
+  auto it = std::partition_point(tl.begin(), tl.end(), [&](const TimelineEvent& e) { return e.offset + e.wire_bytes <= byte; });
+  if (it != tl.end() && it->offset <= byte) return it->ts_ns;
+  for (const BodyHole& h : reader.body_holes) {
+    if (h.offset <= byte && byte < h.offset + h.bytes) return h.ts;
+  }
+  return 0;
+}
+
+// An event whose walk stopped short of the end client (its bytes went by in
+// a call the capture copied only the head and tail of, at the gateway and at
+// the client): the end client's read that covered its last byte, found by
+// body position from the last record that saw it.
+TimestampNs delivered_by_position(const Hop& stop) {
+  const PathNode* reader = end_reader(stop.at);
+  if (!reader) return 0;
+  const TimelineEvent& e = stop.at->rec.timeline[static_cast<std::size_t>(stop.index)];
+  const TimestampNs t = read_at_position(reader->rec, e.offset + e.wire_bytes);
+  return t >= stop.ts ? t : 0;  // not before the place it was last seen
+}
+
 // The other places event i of `node` was seen, and where it ended up.
 PathTimes times_of(const PathNode& node, int i, std::vector<Hop>& scratch) {
   const StreamRecord& r = node.rec;
@@ -37,7 +91,8 @@ PathTimes times_of(const PathNode& node, int i, std::vector<Hop>& scratch) {
     else pt.upstream_ns = other;
   }
   hops_of(&node, i, scratch);
-  if (!scratch.empty() && scratch.back().kind != HopKind::emit) pt.delivered_ns = scratch.back().ts;
+  if (reached_end(scratch)) pt.delivered_ns = scratch.back().ts;
+  else if (!scratch.empty()) pt.delivered_ns = delivered_by_position(scratch.back());
   return pt;
 }
 

@@ -230,8 +230,12 @@ void StreamAssembler::on_body_bytes(std::uint64_t n) {
 
 void StreamAssembler::on_body_gap(std::uint64_t n) {
   if (!active_) return;
-  active_->record.body_bytes += n;
-  active_->record.bytes_not_captured += n;
+  StreamRecord& r = active_->record;
+  // A hole inside a call that moved it (not bytes lost before userspace,
+  // whose time is unknown).
+  if (piece_ && piece_->ts && r.body_holes.size() < kMaxBodyHoles) r.body_holes.push_back({r.body_bytes, n, piece_->ts});
+  r.body_bytes += n;
+  r.bytes_not_captured += n;
 }
 
 void StreamAssembler::on_body_undecodable(Undecodable why) {

@@ -30,6 +30,7 @@ struct PieceContext {
   std::uint64_t call_ns = 0;    // how long the call that moved it took
   bool more = false;            // the sender asked the kernel to hold the bytes for more (MSG_MORE)
   std::uint64_t position = 0;   // stream position of its first byte
+  TimestampNs ts = 0;           // when the call that moved it returned
   std::uint32_t start_seq = 0;  // TCP sequence of its first byte
   std::uint32_t end_seq = 0;    // TCP sequence just past its last byte
   // The piece's bytes map one to one onto TCP's (plaintext sockets); TLS
