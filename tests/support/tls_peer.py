@@ -226,11 +226,11 @@ def one_request(ssl, ctx, args, req):
     buf, state, events, done = b"", {"raw": b"", "left": 0}, Events(), False
     while b"\r\n\r\n" not in buf:
         buf += conn.recv(16384)
+        t = time.monotonic_ns()  # the read's return: before any parsing, which would add its time
     _, _, rest = buf.partition(b"\r\n\r\n")
     pending = rest
     while not done:
         body_bytes, done = dechunk(state, pending)
-        t = time.monotonic_ns()
         for kind in events.feed(body_bytes):
             log(type="event", req=req, event_index=events.index, kind=kind, mono_ns=t)
             events.index += 1
@@ -239,6 +239,7 @@ def one_request(ssl, ctx, args, req):
         if args.recv_pause_ms:  # a slow reader: the server's socket buffer fills
             time.sleep(args.recv_pause_ms / 1e3)
         pending = conn.recv(args.recv_bytes)
+        t = time.monotonic_ns()
         if not pending:
             break
     conn.close()
