@@ -79,10 +79,8 @@ bool calls_before_return(std::span<const std::uint8_t> code, std::uint64_t at, s
   while (left > 0 && cs_disasm_iter(d.handle, &p, &left, &address, d.insn)) {
     if (d.insn->id == X86_INS_RET) return false;
     if (d.insn->id == X86_INS_CALL && d.insn->size == 5 && d.insn->bytes[0] == 0xe8) {
-      const std::uint64_t next = d.insn->address + 5;
-      std::int32_t rel;
-      std::memcpy(&rel, d.insn->bytes + 1, sizeof(rel));
-      if (next + static_cast<std::int64_t>(rel) == callee) return true;
+      const std::int32_t rel = rel32_at(std::span<const std::uint8_t>(d.insn->bytes + 1, 4));
+      if (d.insn->address + 5 + static_cast<std::int64_t>(rel) == callee) return true;
     }
   }
   return false;

@@ -2,6 +2,7 @@
 
 #include <bpf/libbpf.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -109,6 +110,18 @@ std::string mapped_path(const std::string& proc, const MappedFile& m, std::strin
   *why = "opens neither through " + mapped + " (" + mapped_error + ") nor through its root, " + rooted + " (" +
          rooted_error + "): the process's root is gone or hidden from the agent";
   return "";
+}
+
+// A process that exited (or is a zombie: its maps read empty) during a scan:
+// its mappings stop opening, which says nothing about the files. Opened
+// without blocking, so a maps file that is not procfs's cannot stall a scan.
+bool process_gone(const std::string& proc) {
+  const int fd = open((proc + "/maps").c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return true;
+  char byte;
+  const bool empty = read(fd, &byte, 1) <= 0;
+  close(fd);
+  return empty;
 }
 
 bool numeric(const char* name) {
@@ -236,6 +249,10 @@ void TlsLibraries::scan_process(std::uint32_t pid) {
     std::string why;
     const std::string path = mapped_path(proc, *m, &why);
     if (path.empty()) {
+      if (process_gone(proc)) {
+        ++stats_.tls_processes_gone;
+        break;
+      }
       if (!known) unreachable(key, *m, pid, why);
       continue;
     }

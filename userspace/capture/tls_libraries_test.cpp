@@ -6,9 +6,12 @@
 #include "capture/tls_libraries.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+
+#include <thread>
 
 #include <cstdio>
 #include <filesystem>
@@ -64,9 +67,9 @@ class FakeProc {
   }
   // The process's root: the host's "/" (a process in no container).
   void root_is_host() { fs::create_directory_symlink("/", dir() / "root"); }
+  fs::path dir() const { return root_ / std::to_string(kPid); }
 
  private:
-  fs::path dir() const { return root_ / std::to_string(kPid); }
   fs::path root_;
 };
 
@@ -141,6 +144,46 @@ TEST(TlsLibraries, ADeletedMappingWithoutMapFilesIsNotReadThroughTheRoot) {
   EXPECT_NE(note->why.find("deleted"), std::string::npos) << note->why;
   EXPECT_NE(note->why.find("/map_files/7f0000000000-7f0000001000"), std::string::npos) << note->why;
   EXPECT_EQ(scan.libraries.library_name(1), "") << "the file now at that path is not the one mapped";
+}
+
+// The process exits while its maps are read: its maps then read empty (a
+// zombie) or do not open. Its mappings stop opening for that reason, which
+// says nothing about the files: no failure is counted, and the file is
+// inspected when another process maps it.
+TEST(TlsLibraries, AProcessThatExitsMidScanIsGoneAndItsFilesAreNotMarked) {
+  const std::string libssl = host_libssl();
+  ASSERT_FALSE(libssl.empty()) << "no libssl.so.3 on this machine: run scripts/setup.sh (libssl3)";
+  const struct stat st = host_stat(libssl);
+  FakeProc proc;  // no map_files entry and no root: the mapping opens neither way
+  proc.map(0x7f0000000000, libssl, st.st_dev, st.st_ino, "");
+  const fs::path maps = proc.dir() / "maps";
+  const std::string lines = [&] {
+    std::ifstream in(maps);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  fs::remove(maps);
+  ASSERT_EQ(mkfifo(maps.c_str(), 0600), 0);
+  // The maps as the scan first reads them; any later open finds them empty.
+  std::thread exiting([&] {
+    const int fd = open(maps.c_str(), O_WRONLY);
+    if (fd < 0) return;
+    EXPECT_EQ(write(fd, lines.data(), lines.size()), ssize_t(lines.size()));
+    close(fd);
+  });
+  std::vector<LoadNote> notes;
+  TlsLibraries libraries(TlsPrograms{}, &notes, TlsTargets({kPid}, {}, 0), proc.root());
+  libraries.scan_everything(1);
+  exiting.join();
+  EXPECT_EQ(libraries.stats().tls_processes_gone, 1u);
+  EXPECT_EQ(libraries.stats().tls_attach_failures, 0u) << "the file is not at fault";
+  for (const LoadNote& n : notes) EXPECT_EQ(n.what.find("not probed"), std::string::npos) << n.what << ": " << n.why;
+
+  // Another process (the same pid here) maps the file and is reachable.
+  fs::remove(maps);
+  std::ofstream(maps) << lines;
+  proc.root_is_host();
+  libraries.scan_everything(2);
+  EXPECT_EQ(libraries.library_name(1), "openssl-3") << "the file was inspected now";
 }
 
 }  // namespace
