@@ -112,8 +112,8 @@ std::string mapped_path(const std::string& proc, const MappedFile& m, std::strin
   return "";
 }
 
-// A process that exited (or is a zombie: its maps read empty) during a scan:
-// its mappings stop opening, which says nothing about the files. Opened
+// A process that exited, or is a zombie (its maps read empty). During a
+// scan its mappings stop opening, which says nothing about the files. Opened
 // without blocking, so a maps file that is not procfs's cannot stall a scan.
 bool process_gone(const std::string& proc) {
   const int fd = open((proc + "/maps").c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -347,13 +347,7 @@ void TlsLibraries::check_deleted_mappers(std::uint64_t now_ns) {
   next_mapper_check_ns_ = now_ns + kDeletedMapperCheckNs;
   for (auto& [key, file] : files_) {
     if (!file.deleted || file.links.empty() || file.pids.empty()) continue;
-    std::erase_if(file.pids, [this](std::uint32_t pid) {
-      FILE* maps = std::fopen((proc_root_ + "/" + std::to_string(pid) + "/maps").c_str(), "re");
-      if (!maps) return true;
-      const bool mapped = std::fgetc(maps) != EOF;
-      std::fclose(maps);
-      return !mapped;
-    });
+    std::erase_if(file.pids, [this](std::uint32_t pid) { return process_gone(proc_root_ + "/" + std::to_string(pid)); });
     if (file.pids.empty()) next_full_scan_ns_ = now_ns;
   }
 }

@@ -11,12 +11,11 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include <thread>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "capture/loader.h"

@@ -133,7 +133,7 @@ struct BodyHole {
   TimestampNs ts = 0;
 };
 // Holes kept per record (the first ones): bounds memory on a stream of many
-// large calls; events past them fall back to the next event seen.
+// large calls; an event in a later hole is not placed by position.
 inline constexpr std::size_t kMaxBodyHoles = 64;
 
 // Where a stall came from. `none` until diagnosed.
