@@ -30,6 +30,8 @@ fi
 passed=0
 failed=0
 failures=()
+failed_tests=$(mktemp)
+trap 'rm -f "$failed_tests"' EXIT
 
 # gtest binaries: count their own test results.
 run_gtest() {
@@ -46,7 +48,20 @@ run_gtest() {
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # crashed before reporting
   passed=$((passed + p)); failed=$((failed + f))
   [ "$f" -eq 0 ] || failures+=("$name")
+  failed_tests_summary "$log" >>"$failed_tests"
   rm -f "$log"
+}
+
+# Each failed test's name and its first failed assertion, a few lines each:
+# printed again at the very end, where a cut log still shows them.
+failed_tests_summary() {
+  awk '
+    /^\[ RUN      \] / { shown = 0; keep = 0; next }
+    /^\[  FAILED  \] [A-Za-z_].* \([0-9]+ ms\)$/ { name = $4; sub(/,$/, "", name); print "  " name; for (i = 0; i < n; i++) print "      " lines[i]; n = 0; next }
+    /^\[       OK \] / { n = 0; next }
+    /: Failure$/ && !shown { shown = 1; keep = 4 }
+    keep > 0 { lines[n++] = substr($0, 1, 200); keep-- }
+  ' "$1"
 }
 
 # One pass/fail per fuzzer run.
@@ -111,6 +126,10 @@ fi
 
 if [ ${#failures[@]} -gt 0 ]; then
   echo "failed: ${failures[*]}"
+  if [ -s "$failed_tests" ]; then
+    echo "failed tests:"
+    head -120 "$failed_tests"
+  fi
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

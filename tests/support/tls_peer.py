@@ -27,12 +27,16 @@ kept in memory and written at exit (SIGTERM or the end of the run).
 
 Log lines (NDJSON): {"type":"request"|"send"|"write"|"event"|"import", ...}
 with "mono_ns", "req" (request number, a connection each) and per event
-"event_index" and "kind" (role|content|finish|done). Only timings and sizes
-are logged, never payload text.
+"event_index", "kind" (role|content|finish|done) and "off_cpu_ns": how long
+the thread was off its CPU during the clocked SSL call, by which the clock
+may be late. The client waits in poll and reads without blocking, so that
+time is not its wait for data. Only timings and sizes are logged, never
+payload text.
 """
 import argparse
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -54,6 +58,14 @@ def write_log(path):
     with LOG_LOCK, open(path, "w") as f:
         for line in LOG:
             f.write(json.dumps(line) + "\n")
+
+
+def off_cpu_ns(wall0, wall1, cpu0):
+    """How long this thread was not running in [wall0, wall1]: the wall time
+    less its own CPU time (which, with steal-time accounting, leaves out what
+    the host took from this VM's CPU; and any preemption). A clock read after
+    such a gap may be late by it."""
+    return max(0, (wall1 - wall0) - (time.thread_time_ns() - cpu0))
 
 
 def sleep_until(t_ns):
@@ -118,9 +130,11 @@ def stream(conn, req, body, args, peer_port):
                 last += int(args.pause_ms * 1e6)
             sleep_until(last)
         data = chunk(text)
+        cpu0, wall0 = time.thread_time_ns(), time.monotonic_ns()
         n = conn.send(data)  # one SSL write per event; the log's time is its return
         t = time.monotonic_ns()
-        log(type="send", req=req, event_index=index, kind=kind, mono_ns=t, bytes=n, peer_port=peer_port)
+        log(type="send", req=req, event_index=index, kind=kind, mono_ns=t, bytes=n, peer_port=peer_port,
+            off_cpu_ns=off_cpu_ns(wall0, t, cpu0))
         if n != len(data):
             conn.sendall(data[n:])
     conn.sendall(b"0\r\n\r\n")
@@ -223,27 +237,46 @@ def one_request(ssl, ctx, args, req):
                b"Accept: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
     conn.sendall(request)
     log(type="write", req=req, mono_ns=time.monotonic_ns(), local_port=conn.getsockname()[1])
+    conn.setblocking(False)  # wait in poll, so that the timed SSL_read does not block
+    poller = select.poll()
+    poller.register(conn, select.POLLIN)
     buf, state, events, done = b"", {"raw": b"", "left": 0}, Events(), False
     while b"\r\n\r\n" not in buf:
-        buf += conn.recv(16384)
-        t = time.monotonic_ns()  # the read's return: before any parsing, which would add its time
+        data, t, off_cpu = timed_recv(ssl, conn, poller, 16384)
+        if not data:
+            raise ConnectionError("closed before the response head")
+        buf += data
     _, _, rest = buf.partition(b"\r\n\r\n")
     pending = rest
     while not done:
         body_bytes, done = dechunk(state, pending)
         for kind in events.feed(body_bytes):
-            log(type="event", req=req, event_index=events.index, kind=kind, mono_ns=t)
+            log(type="event", req=req, event_index=events.index, kind=kind, mono_ns=t, off_cpu_ns=off_cpu)
             events.index += 1
         if done:
             break
         if args.recv_pause_ms:  # a slow reader: the server's socket buffer fills
             time.sleep(args.recv_pause_ms / 1e3)
-        pending = conn.recv(args.recv_bytes)
-        t = time.monotonic_ns()
+        pending, t, off_cpu = timed_recv(ssl, conn, poller, args.recv_bytes)
         if not pending:
             break
     conn.close()
     return events.index
+
+
+def timed_recv(ssl, conn, poller, size):
+    """One SSL_read that returned bytes (or the end), its return's clock, and
+    how long this thread was off its CPU during that read."""
+    while True:
+        if not conn.pending():
+            poller.poll()
+        cpu0, wall0 = time.thread_time_ns(), time.monotonic_ns()
+        try:
+            data = conn.recv(size)
+        except (ssl.SSLWantReadError, BlockingIOError):
+            continue
+        t = time.monotonic_ns()  # the read's return: before any parsing, which would add its time
+        return data, t, off_cpu_ns(wall0, t, cpu0)
 
 
 def run_client(args):

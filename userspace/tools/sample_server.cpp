@@ -63,7 +63,8 @@ const char* kUsage = R"(usage: sample-server [options]
   --next-itl-ms MS       the gap between content events after the switch (default: --itl-ms)
   --usage                always send the usage chunk (else only with stream_options.include_usage)
   --log FILE             NDJSON log, one line per send syscall (+ request lines); mono_ns is read
-                         right after the syscall returned, call_ns is the time spent inside it
+                         right after the syscall returned, call_ns is the time spent inside it,
+                         off_cpu_ns the part of it the thread was off its CPU
   --exit-after N         exit after N streaming responses completed
   --max-conns N          concurrent connections before answering 503 (default 4096)
   --grace-ms MS          on SIGTERM/SIGINT wait up to MS for open streams to finish (default 0)
@@ -330,10 +331,18 @@ struct SendInfo {
   std::string_view kind;
 };
 
-// call_ns: time spent inside the send syscall (enter to return): a send that
-// blocked on a full send buffer (slow reader) shows here.
-void log_send(Conn& c, const SendInfo& si, std::int64_t ts, std::int64_t call_ns, std::size_t bytes,
-              const char* sender, int err) {
+// The clocks around one send syscall.
+struct SendClock {
+  std::int64_t enter_ns, return_ns, cpu_enter_ns;
+  // Time spent inside the send (enter to return): a send that blocked on a
+  // full send buffer (slow reader) shows here.
+  std::int64_t call_ns() const { return return_ns - enter_ns; }
+  // Of it, the time this thread was off its CPU (blocked, preempted, or its
+  // CPU stolen by the host): the return clock may be late by up to it.
+  std::int64_t off_cpu_ns() const { return std::max<std::int64_t>(0, call_ns() - (it::thread_cpu_ns() - cpu_enter_ns)); }
+};
+
+void log_send(Conn& c, const SendInfo& si, const SendClock& clock, std::size_t bytes, const char* sender, int err) {
   if (!g_log.enabled()) return;
   std::string& l = c.line;
   l.clear();
@@ -346,7 +355,7 @@ void log_send(Conn& c, const SendInfo& si, std::int64_t ts, std::int64_t call_ns
   l += ",\"kind\":\"";
   l += si.kind;
   l += "\",\"mono_ns\":";
-  it::append_int(l, ts);
+  it::append_int(l, clock.return_ns);
   l += ",\"bytes\":";
   it::append_int(l, bytes);
   l += ",\"offset\":";
@@ -360,7 +369,9 @@ void log_send(Conn& c, const SendInfo& si, std::int64_t ts, std::int64_t call_ns
     it::append_int(l, si.first_event_index);
   }
   l += ",\"call_ns\":";
-  it::append_int(l, call_ns);
+  it::append_int(l, clock.call_ns());
+  l += ",\"off_cpu_ns\":";
+  it::append_int(l, clock.off_cpu_ns());
   l += ",\"sender\":\"";
   l += sender;
   l += "\",\"peer_port\":";
@@ -390,6 +401,7 @@ std::int64_t send_wire(Conn& c, const Wire& w, const SendInfo& si) {
   iovec iov[IOV_MAX > 1024 ? 1024 : IOV_MAX];
   while (done < total) {
     ssize_t n;
+    const std::int64_t cpu_enter = g_log.enabled() ? it::thread_cpu_ns() : 0;
     const std::int64_t t_enter = it::mono_ns();
     const int dontwait = g_cfg.nonblocking ? MSG_DONTWAIT : 0;
     if (s == Sender::write && !dontwait) {
@@ -416,24 +428,25 @@ std::int64_t send_wire(Conn& c, const Wire& w, const SendInfo& si) {
       }
     }
     ts = it::mono_ns();  // immediately after the syscall returned
+    const SendClock clock{t_enter, ts, cpu_enter};
     if (n < 0) {
       int e = errno;
       if (e == EINTR) continue;
       if (dontwait && (e == EAGAIN || e == EWOULDBLOCK)) {
         // An event loop's way: the refusal is logged, the send waits for POLLOUT.
-        log_send(c, si, ts, ts - t_enter, 0, sname, e);
+        log_send(c, si, clock, 0, sname, e);
         pollfd pfd{c.fd, POLLOUT, 0};
         while (::poll(&pfd, 1, -1) < 0 && errno == EINTR) {
         }
         continue;
       }
-      log_send(c, si, ts, ts - t_enter, 0, sname, e);
+      log_send(c, si, clock, 0, sname, e);
       g_send_errors.fetch_add(1, std::memory_order_relaxed);
       return -1;
     }
     done += std::size_t(n);
     c.offset += std::uint64_t(n);
-    log_send(c, si, ts, ts - t_enter, std::size_t(n), sname, 0);
+    log_send(c, si, clock, std::size_t(n), sname, 0);
   }
   return ts;
 }

@@ -41,6 +41,15 @@ inline std::int64_t mono_ns() {
   return std::int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+// This thread's CPU time. Wall time less it, over a call, is how long the
+// thread was off its CPU meanwhile: preempted, or its VM's CPU taken by the
+// host (steal time is not run time). A clock read after such a gap is late.
+inline std::int64_t thread_cpu_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 inline std::int64_t unix_seconds() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
