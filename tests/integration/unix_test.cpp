@@ -26,6 +26,7 @@
 
 #include "daemon/api.h"
 #include "support/clock_errors.h"
+#include "support/cpu_latency.h"
 #include "support/gateways.h"
 #include "support/live_test.h"
 #include "support/ndjson.h"
@@ -181,6 +182,8 @@ class UnixGateway : public UnixTest, public ::testing::WithParamInterface<Gatewa
 // content, and a buffering gateway is named where a streaming one is not.
 TEST_P(UnixGateway, ServerIsTimedAndTheGatewaysUnixLegIsJoined) {
   const GatewayCase& gc = GetParam();
+  const testing::CpuWakeLatencyHold awake;  // support/cpu_latency.h: the emit ground truth
+  if (!awake.held()) std::printf("  CPUs may halt while measuring: %s\n", awake.error().c_str());
   auto server = unix_server({"--ttft-ms", "50", "--itl-ms", "10"});
   ASSERT_TRUE(server->ok()) << server->error();
   ASSERT_EQ(server->unix_path(), sock_path());

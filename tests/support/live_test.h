@@ -9,6 +9,7 @@
 #include <chrono>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -36,7 +37,7 @@ class LiveTest : public ::testing::Test {
     port_ = free_port();
   }
   void TearDown() override {
-    if (HasFailure() && scratch_) {
+    if ((HasFailure() || std::getenv("INFERTAP_KEEP_ARTIFACTS")) && scratch_) {  // =1 keeps passing ones too
       scratch_->keep();
       std::fprintf(stderr, "artifacts kept in %s\n", scratch_->path().c_str());
     }

@@ -11,12 +11,14 @@ kept in memory and written at exit (SIGTERM or the end of the run).
       Prints "listening <port>".
   tls_peer.py client --port N [--tokens N] [--requests R] [--interval-ms MS]
                      [--import-after-ms MS] [--ready-file F] [--log FILE]
-                     [--rcvbuf B] [--recv-pause-ms MS] [--recv-bytes N]
+                     [--rcvbuf B] [--recv-pause-ms MS] [--recv-bytes N] [--poll]
       R requests over new TLS connections; with --import-after-ms the ssl
       module (and so libssl) is loaded only that long after start, and
       --ready-file is written once it is. --rcvbuf, --recv-pause-ms and
       --recv-bytes make a slow reader (small window, a pause before each read
-      of at most N bytes).
+      of at most N bytes). --poll waits in poll and then reads without
+      blocking, as event-loop clients do, so that the read's off_cpu_ns is
+      not its wait for data (without it, off_cpu_ns is -1: not known).
 
   tls_peer.py loop --cert F --key F [--seconds S] [--size N] [--ready-file F --go-file F]
       A TLS connection over loopback TCP inside one process, non-HTTP bytes
@@ -29,9 +31,7 @@ Log lines (NDJSON): {"type":"request"|"send"|"write"|"event"|"import", ...}
 with "mono_ns", "req" (request number, a connection each) and per event
 "event_index", "kind" (role|content|finish|done) and "off_cpu_ns": how long
 the thread was off its CPU during the clocked SSL call, by which the clock
-may be late. The client waits in poll and reads without blocking, so that
-time is not its wait for data. Only timings and sizes are logged, never
-payload text.
+may be late. Only timings and sizes are logged, never payload text.
 """
 import argparse
 import json
@@ -134,7 +134,7 @@ def stream(conn, req, body, args, peer_port):
         n = conn.send(data)  # one SSL write per event; the log's time is its return
         t = time.monotonic_ns()
         log(type="send", req=req, event_index=index, kind=kind, mono_ns=t, bytes=n, peer_port=peer_port,
-            off_cpu_ns=off_cpu_ns(wall0, t, cpu0))
+            call_ns=t - wall0, off_cpu_ns=off_cpu_ns(wall0, t, cpu0))
         if n != len(data):
             conn.sendall(data[n:])
     conn.sendall(b"0\r\n\r\n")
@@ -237,9 +237,11 @@ def one_request(ssl, ctx, args, req):
                b"Accept: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
     conn.sendall(request)
     log(type="write", req=req, mono_ns=time.monotonic_ns(), local_port=conn.getsockname()[1])
-    conn.setblocking(False)  # wait in poll, so that the timed SSL_read does not block
-    poller = select.poll()
-    poller.register(conn, select.POLLIN)
+    poller = None
+    if args.poll:  # wait in poll, so that the timed SSL_read does not block
+        conn.setblocking(False)
+        poller = select.poll()
+        poller.register(conn, select.POLLIN)
     buf, state, events, done = b"", {"raw": b"", "left": 0}, Events(), False
     while b"\r\n\r\n" not in buf:
         data, t, off_cpu = timed_recv(ssl, conn, poller, 16384)
@@ -266,7 +268,11 @@ def one_request(ssl, ctx, args, req):
 
 def timed_recv(ssl, conn, poller, size):
     """One SSL_read that returned bytes (or the end), its return's clock, and
-    how long this thread was off its CPU during that read."""
+    how long this thread was off its CPU during that read (-1: not known, the
+    read blocked waiting for data)."""
+    if poller is None:
+        data = conn.recv(size)
+        return data, time.monotonic_ns(), -1
     while True:
         if not conn.pending():
             poller.poll()
@@ -363,6 +369,7 @@ def main():
     p.add_argument("--rcvbuf", type=int, default=0)
     p.add_argument("--recv-pause-ms", type=float, default=0)
     p.add_argument("--recv-bytes", type=int, default=16384)
+    p.add_argument("--poll", action="store_true")
     p.add_argument("--log")
     p.add_argument("--seconds", type=float, default=1)
     p.add_argument("--size", type=int, default=256)

@@ -1,0 +1,44 @@
+// Keeps this machine's CPUs out of their idle halt while a ground-truth test
+// measures (PM QoS: /dev/cpu_dma_latency held at 0 µs), as latency-tuned
+// hosts do. A halted VM CPU is woken through the host, and on the project's
+// VMs the first microseconds after each wake run several times slower: that
+// lands on both sides of the agent's timestamp and in the peer's clock.
+#pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace infertap::testing {
+
+class CpuWakeLatencyHold {
+ public:
+  CpuWakeLatencyHold() {
+    fd_ = ::open("/dev/cpu_dma_latency", O_WRONLY | O_CLOEXEC);
+    const std::int32_t zero_us = 0;
+    if (fd_ < 0 || ::write(fd_, &zero_us, sizeof zero_us) != sizeof zero_us) {
+      error_ = std::string("/dev/cpu_dma_latency: ") + std::strerror(errno);
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~CpuWakeLatencyHold() {
+    if (fd_ >= 0) ::close(fd_);  // the request ends with its file
+  }
+  CpuWakeLatencyHold(const CpuWakeLatencyHold&) = delete;
+  CpuWakeLatencyHold& operator=(const CpuWakeLatencyHold&) = delete;
+
+  bool held() const { return fd_ >= 0; }
+  // Why not held: the measurement still runs, with the halts in it.
+  const std::string& error() const { return error_; }
+
+ private:
+  int fd_ = -1;
+  std::string error_;
+};
+
+}  // namespace infertap::testing
