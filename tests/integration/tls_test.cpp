@@ -269,11 +269,10 @@ TEST_F(TlsTest, CurlOverTlsIsAClientWithItsHandshakeTime) {
 
 // The peers log with each clock how long their thread was off its CPU during
 // the clocked SSL call; events the host made late are left out and counted
-// (support/clock_errors.h).
-// Events 1 ms apart: after a longer sleep this VM runs the first
-// microseconds of each write several times slower (a Python SSL_write of one
-// event takes ~105 us after 5 ms asleep, ~35 us after 1 ms, agent or not),
-// and that slowness lands on both sides of the agent's timestamp.
+// (support/clock_errors.h). Events go 1 ms apart, with the CPUs held out of
+// halt: on this VM a Python SSL_write of one event takes ~105 us after 5 ms
+// asleep and ~35 us after 1 ms, agent or not, and part of that lands between
+// the agent's timestamp and the peer's clock.
 TEST_F(TlsTest, EmitAndReadTimesMatchThePythonSslPeersClocks) {
   constexpr int kRequests = 12, kTokens = 50;
   const testing::CpuWakeLatencyHold awake;

@@ -1,8 +1,9 @@
 // Keeps this machine's CPUs out of their idle halt while a ground-truth test
 // measures (PM QoS: /dev/cpu_dma_latency held at 0 µs), as latency-tuned
 // hosts do. A halted VM CPU is woken through the host, and on the project's
-// VMs the first microseconds after each wake run several times slower: that
-// lands on both sides of the agent's timestamp and in the peer's clock.
+// VMs a write after such a wake takes several times longer (a Python
+// SSL_write of one event: ~105 us after 5 ms asleep, ~58 us so held): part of
+// that lands between the agent's timestamp and the peer's clock.
 #pragma once
 
 #include <fcntl.h>
