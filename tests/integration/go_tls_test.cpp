@@ -313,14 +313,12 @@ TEST_F(GoTlsTest, CaddyH2StreamsAreEachTimedAndJoinedToTheirUpstream) {
 
 // The Go client's read times against its own clock, one event per TLS record;
 // events whose clock the host made late are left out and counted
-// (support/clock_errors.h).
-// Events 1 ms apart and the CPUs kept out of halt, as in
-// TlsTest.EmitAndReadTimesMatchThePythonSslPeersClocks.
+// (support/clock_errors.h). Events go 1 ms apart with the CPUs kept out of
+// halt, as in TlsTest.EmitAndReadTimesMatchThePythonSslPeersClocks.
 TEST_F(GoTlsTest, GoClientReadTimesMatchItsOwnClock) {
   constexpr int kRequests = 6, kTokens = 50;
   ASSERT_EQ(build_go_client("go-sse-client", false), "");
   const testing::CpuWakeLatencyHold awake;
-  if (!awake.held()) std::printf("  CPUs may halt while measuring: %s\n", awake.error().c_str());
   ASSERT_EQ(start_tls_server("server", {"--ttft-ms", "20", "--itl-ms", "1"}), "");
   start_agent_on_ports({port_});
   ASSERT_EQ(run_to_end(go_client("go-sse-client", port_, kTokens, kRequests), "client.ndjson"), 0)

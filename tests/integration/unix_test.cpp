@@ -183,7 +183,6 @@ class UnixGateway : public UnixTest, public ::testing::WithParamInterface<Gatewa
 TEST_P(UnixGateway, ServerIsTimedAndTheGatewaysUnixLegIsJoined) {
   const GatewayCase& gc = GetParam();
   const testing::CpuWakeLatencyHold awake;  // support/cpu_latency.h: the emit ground truth
-  if (!awake.held()) std::printf("  CPUs may halt while measuring: %s\n", awake.error().c_str());
   auto server = unix_server({"--ttft-ms", "50", "--itl-ms", "10"});
   ASSERT_TRUE(server->ok()) << server->error();
   ASSERT_EQ(server->unix_path(), sock_path());

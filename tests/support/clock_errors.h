@@ -1,5 +1,6 @@
 // Timing errors against a peer's own clock, with the events whose clock the
-// host made late left out and counted (tls_test.cpp, go_tls_test.cpp).
+// host made late left out and counted (tls_test.cpp, go_tls_test.cpp,
+// unix_test.cpp).
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,6 @@ class ClockErrors {
     if (off_cpu_ns >= 0 && off_cpu_ns <= kDisturbedNs) undisturbed_.push_back(truth_ns - agent_ns);
   }
   std::size_t events() const { return all_.size(); }
-  std::size_t undisturbed() const { return undisturbed_.size(); }
   std::int64_t undisturbed_percentile(double p) const { return percentile_abs(undisturbed_, p); }
   // Most events disturbed: nothing is measured, the host is.
   bool measurable() const { return undisturbed_.size() * 2 >= all_.size() && !all_.empty(); }

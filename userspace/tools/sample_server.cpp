@@ -331,15 +331,15 @@ struct SendInfo {
   std::string_view kind;
 };
 
-// The clocks around one send syscall.
+// The clocks around one send syscall (the thread's CPU time only when logging).
 struct SendClock {
-  std::int64_t enter_ns, return_ns, cpu_enter_ns;
+  std::int64_t enter_ns, return_ns, cpu_enter_ns, cpu_return_ns;
   // Time spent inside the send (enter to return): a send that blocked on a
   // full send buffer (slow reader) shows here.
   std::int64_t call_ns() const { return return_ns - enter_ns; }
   // Of it, the time this thread was off its CPU (blocked, preempted, or its
   // CPU stolen by the host): the return clock may be late by up to it.
-  std::int64_t off_cpu_ns() const { return std::max<std::int64_t>(0, call_ns() - (it::thread_cpu_ns() - cpu_enter_ns)); }
+  std::int64_t off_cpu_ns() const { return std::max<std::int64_t>(0, call_ns() - (cpu_return_ns - cpu_enter_ns)); }
 };
 
 void log_send(Conn& c, const SendInfo& si, const SendClock& clock, std::size_t bytes, const char* sender, int err) {
@@ -428,7 +428,7 @@ std::int64_t send_wire(Conn& c, const Wire& w, const SendInfo& si) {
       }
     }
     ts = it::mono_ns();  // immediately after the syscall returned
-    const SendClock clock{t_enter, ts, cpu_enter};
+    const SendClock clock{t_enter, ts, cpu_enter, g_log.enabled() ? it::thread_cpu_ns() : 0};
     if (n < 0) {
       int e = errno;
       if (e == EINTR) continue;

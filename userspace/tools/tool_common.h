@@ -35,20 +35,18 @@
 
 namespace infertap::tools {
 
-inline std::int64_t mono_ns() {
+inline std::int64_t clock_ns(clockid_t clock) {
   timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return std::int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
+
+inline std::int64_t mono_ns() { return clock_ns(CLOCK_MONOTONIC); }
 
 // This thread's CPU time. Wall time less it, over a call, is how long the
 // thread was off its CPU meanwhile: preempted, or its VM's CPU taken by the
 // host (steal time is not run time). A clock read after such a gap is late.
-inline std::int64_t thread_cpu_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return std::int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+inline std::int64_t thread_cpu_ns() { return clock_ns(CLOCK_THREAD_CPUTIME_ID); }
 
 inline std::int64_t unix_seconds() {
   timespec ts;
