@@ -2,7 +2,9 @@
 
 #include <bpf/libbpf.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -23,10 +25,30 @@ namespace {
 constexpr std::uint64_t kFullRescanNs = 60'000'000'000ull;
 // How often the processes of probed executables are checked for exits.
 constexpr std::uint64_t kProcessCheckNs = 1'000'000'000ull;
-constexpr std::size_t kMaxGoBinaries = 1024;
 constexpr std::size_t kMaxPidsPerBinary = 256;  // beyond: the full rescan finds the others
 
 std::string exe_path(std::uint32_t pid) { return "/proc/" + std::to_string(pid) + "/exe"; }
+std::string fd_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
+// The executable a process runs, opened once: what is read and probed is
+// this descriptor's file, whatever the process execs meanwhile.
+struct OpenedExe {
+  int fd = -1;
+  FileKey key;
+  explicit OpenedExe(std::uint32_t pid) : fd(::open(exe_path(pid).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)) {
+    struct stat st {};
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+      ::close(fd);
+      fd = -1;
+    }
+    if (fd >= 0) key = {st.st_dev, st.st_ino};
+  }
+  ~OpenedExe() {
+    if (fd >= 0) ::close(fd);
+  }
+  OpenedExe(const OpenedExe&) = delete;
+  OpenedExe& operator=(const OpenedExe&) = delete;
+};
 
 // The executable file a process runs (stat follows /proc/PID/exe to it).
 bool exe_key(std::uint32_t pid, std::uint64_t* dev, std::uint64_t* ino) {
@@ -46,28 +68,25 @@ std::string exe_target(std::uint32_t pid) {
 
 std::string version_text(const GoBinary& go) { return go.version.empty() ? "Go version unknown" : go.version; }
 
-std::string hex(std::uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof(buf), "%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 }  // namespace
 
-GoTls::GoTls(const GoTlsPrograms& programs, std::vector<LoadNote>* notes, TlsTargets targets)
-    : programs_(programs), notes_(notes), targets_(std::move(targets)) {
+GoTls::GoTls(const GoTlsPrograms& programs, std::vector<LoadNote>* notes, TlsTargets targets, ProbeBudget* budget,
+             Uprobes uprobes)
+    : programs_(programs),
+      notes_(notes),
+      targets_(std::move(targets)),
+      budget_(budget ? budget : &own_budget_),
+      uprobes_(uprobes) {
   if (targets_.per_process())
     note("Go TLS probes per targeted process, not per executable",
          "targeting names processes (" + targets_.narrowed_by() + "): Go programs that are not targets never trap");
 }
 
 GoTls::~GoTls() {
-  for (auto& [key, binary] : binaries_) release(binary);
-}
-
-std::string_view GoTls::library_name(std::uint16_t id) const {
-  if (!is_go_id(id) || std::size_t(id - kFirstId) >= names_.size()) return "";
-  return names_[id - kFirstId];
+  std::vector<ProbeSet> sets;
+  for (auto& [key, binary] : binaries_) sets.push_back(std::move(binary.links));
+  release_all(sets);
 }
 
 void GoTls::note(std::string what, std::string why) {
@@ -99,16 +118,17 @@ void GoTls::tick(std::uint64_t now_ns) {
 // Kernel threads and processes gone have no readable executable: nothing to do.
 void GoTls::scan_process(std::uint32_t pid) {
   if (targets_.per_process() && !targets_.eligible(pid)) return;
-  FileKey key;
-  if (!exe_key(pid, &key.dev, &key.ino)) return;
+  const OpenedExe exe(pid);
+  if (exe.fd < 0) return;
   ++stats_.go_tls_process_scans;
-  const bool inspected = binaries_.contains(key);
-  Binary& binary = binaries_[key];
+  const bool inspected = binaries_.contains(exe.key);
+  Binary& binary = binaries_[exe.key];
   if (inspected && !binary.id) return;  // not Go, or not probed
   const std::string shown = exe_target(pid);
+  if (binary.tenant.empty()) binary.tenant = process_tenant(pid);
   std::optional<GoBinary> first_read;
-  if (!inspected && !admit(binary, first_read.emplace(inspect_go_binary(exe_path(pid))), shown)) return;
-  probe(binary, key, pid, shown, first_read ? &*first_read : nullptr);
+  if (!inspected && !admit(binary, first_read.emplace(inspect_go_binary(fd_path(exe.fd))), shown)) return;
+  probe(binary, exe.key, pid, exe.fd, shown, first_read ? &*first_read : nullptr);
   if (binary.links.empty() || binary.pids.size() >= kMaxPidsPerBinary) return;
   if (std::find(binary.pids.begin(), binary.pids.end(), pid) == binary.pids.end()) binary.pids.push_back(pid);
 }
@@ -123,38 +143,35 @@ bool GoTls::admit(Binary& binary, const GoBinary& go, const std::string& shown) 
     note("Go TLS of " + shown + " (" + version + ") not probed: its TLS streams are not seen", go.problem);
     return false;
   }
-  if (names_.size() >= kMaxGoBinaries) {
-    ++stats_.go_tls_attach_failures;
-    note("Go TLS of " + shown + " not probed", "already " + std::to_string(kMaxGoBinaries) + " Go executables probed");
-    return false;
-  }
-  names_.push_back("go:" + std::string(base_name(shown)));
-  binary.id = static_cast<std::uint16_t>(kFirstId + names_.size() - 1);
+  binary.id = names_.id_for("go:" + std::string(base_name(shown)));
   return true;
 }
 
 // The probes `pid` needs: its own when targeting names processes, else the
-// executable's for every process (once, again after a release). The file is
-// read again each time (unless just read): its inode may hold another file by now.
-void GoTls::probe(Binary& binary, const FileKey& key, std::uint32_t pid, const std::string& shown,
+// executable's for every process (once, again after a release). `fd` is the
+// executable (opened once: unless just read, it is read again, as its inode
+// may hold another file by now).
+void GoTls::probe(Binary& binary, const FileKey& key, std::uint32_t pid, int fd, const std::string& shown,
                   const GoBinary* just_read) {
   const bool own = targets_.per_process();
-  std::vector<bpf_link*>* links = own ? processes_.links_for(pid, key) : binary.links.empty() ? &binary.links : nullptr;
+  ProbeSet* links = own ? processes_.links_for(pid, key) : binary.links.empty() ? &binary.links : nullptr;
   if (!links) {
     if (processes_.full()) widen_pending_ = true;
     return;
   }
   std::optional<GoBinary> read_now;
-  const GoBinary& go = just_read ? *just_read : read_now.emplace(inspect_go_binary(exe_path(pid)));
+  const GoBinary& go = just_read ? *just_read : read_now.emplace(inspect_go_binary(fd_path(fd)));
   if (!go.problem.empty() || !go.is_go) return;
   const std::string name(library_name(binary.id));
   const std::string who = own ? " for process " + std::to_string(pid) : "";
+  const Tenant tenant = own ? process_tenant(pid) : binary.tenant;
   std::string why;
-  if (!attach_all(binary, exe_path(pid), go, own ? static_cast<int>(pid) : -1, *links, &why)) {
+  if (!attach_all(binary, fd, go, own ? static_cast<int>(pid) : -1, tenant, *links, &why)) {
     ++stats_.go_tls_attach_failures;
     note("Go TLS of " + shown + " (" + version_text(go) + ") not probed" + who + ": its TLS streams are not seen", why);
     return;
   }
+  if (own) processes_.placed(pid, key, tenant);
   const bool first = !binary.probed;
   binary.probed = true;
   if (first) ++stats_.go_tls_binaries_attached;
@@ -165,32 +182,23 @@ void GoTls::probe(Binary& binary, const FileKey& key, std::uint32_t pid, const s
            shown + ")");
 }
 
-// Entry of Write and Read and each of their returns; all or none. pid -1:
-// for every process.
-bool GoTls::attach_all(const Binary& binary, const std::string& path, const GoBinary& go, int pid,
-                       std::vector<bpf_link*>& links, std::string* why) {
-  bool ok = attach(programs_.write_enter, path, go.write.probe_at, binary.id, pid, links, why) &&
-            attach(programs_.read_enter, path, go.read.probe_at, binary.id, pid, links, why);
+// Entry of Write and Read and each of their returns, within the budget; all
+// or none. pid -1: for every process.
+bool GoTls::attach_all(const Binary& binary, int fd, const GoBinary& go, int pid, const Tenant& tenant,
+                       ProbeSet& links, std::string* why) {
+  std::vector<UprobeSite> sites = {{programs_.write_enter, go.write.probe_at, binary.id, false},
+                                   {programs_.read_enter, go.read.probe_at, binary.id, false}};
   for (const GoFunction* f : {&go.write, &go.read})
-    for (std::uint64_t ret : f->returns) ok = ok && attach(programs_.ret, path, ret, binary.id, pid, links, why);
-  if (!ok) {
-    destroy_links(links);
+    for (std::uint64_t ret : f->returns) sites.push_back({programs_.ret, ret, binary.id, false});
+  if (std::string refused = budget_->admit(tenant, sites.size(), uprobes_.handles_for(sites)); !refused.empty()) {
+    *why = "budget: " + refused;
     return false;
   }
+  ProbeSet placed;
+  if (!uprobes_.attach(fd, pid, sites, &placed, why)) return false;
+  budget_->charge(tenant, placed);
+  links.absorb(std::move(placed));
   stats_.go_tls_return_probes += go.write.returns.size() + go.read.returns.size();
-  return true;
-}
-
-bool GoTls::attach(bpf_program* prog, const std::string& path, std::uint64_t offset, std::uint16_t id, int pid,
-                   std::vector<bpf_link*>& links, std::string* why) {
-  LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = id, .retprobe = false);
-  bpf_link* link = bpf_program__attach_uprobe_opts(prog, pid, path.c_str(), static_cast<std::size_t>(offset), &opts);
-  if (!link) {
-    const int err = errno;
-    *why = std::string(bpf_program__name(prog)) + " at offset 0x" + hex(offset) + ": " + std::strerror(err);
-    return false;
-  }
-  links.push_back(link);
   return true;
 }
 
@@ -213,7 +221,10 @@ void GoTls::check_processes() {
   }
 }
 
-void GoTls::release(Binary& binary) { destroy_links(binary.links); }
+void GoTls::release(Binary& binary) {
+  budget_->refund(binary.tenant, binary.links);
+  binary.links.release();
+}
 
 // Too many targeted Go processes: every Go executable is probed once for all
 // processes from the next rescan on (the kernel's filters still decide what

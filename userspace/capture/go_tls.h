@@ -18,10 +18,11 @@
 #include <vector>
 
 #include "base/counter.h"
+#include "capture/library_names.h"
 #include "capture/tls_targets.h"
+#include "capture/uprobes.h"
 
 struct bpf_program;
-struct bpf_link;
 
 namespace infertap::capture {
 
@@ -38,7 +39,8 @@ struct GoTlsPrograms {
 #define INFERTAP_GO_TLS_COUNTERS(X)                                                                                 \
   X(go_tls_binaries_attached, "Go executables whose crypto/tls is probed")                                          \
   X(go_tls_binaries_skipped, "Go executables whose crypto/tls cannot be probed (named in the log with the reason)") \
-  X(go_tls_attach_failures, "Go executables whose probes failed to attach (named in the log)")                      \
+  X(go_tls_attach_failures, "Go executables whose probes failed to attach or were refused by a budget (named in the log)") \
+  X(go_tls_files_changed, "process executables that were another file when opened (replaced under the agent): not read") \
   X(go_tls_return_probes, "uprobes placed on RET instructions of crypto/tls.(*Conn).Write/Read")                    \
   X(go_tls_processes_exited, "processes running a probed Go executable seen gone")                                  \
   X(go_tls_binaries_released, "probes released from Go executables no process runs any more")                       \
@@ -65,35 +67,38 @@ class GoTls {
   static constexpr std::uint16_t kFirstId = 0x8000;
   static bool is_go_id(std::uint16_t id) { return id >= kFirstId; }
 
-  GoTls(const GoTlsPrograms& programs, std::vector<LoadNote>* notes, TlsTargets targets = {});
+  GoTls(const GoTlsPrograms& programs, std::vector<LoadNote>* notes, TlsTargets targets = {},
+        ProbeBudget* budget = nullptr, Uprobes uprobes = Uprobes());
   ~GoTls();
   GoTls(const GoTls&) = delete;
   GoTls& operator=(const GoTls&) = delete;
 
   void scan_everything(std::uint64_t now_ns);
   void on_exec(std::uint32_t pid) { scan_process(pid); }
+  // Exec signals were lost: every process is scanned at the next tick.
+  void rescan_soon() { next_full_scan_ns_ = 0; }
   // Watches the processes of probed executables; a full rescan when due.
   void tick(std::uint64_t now_ns);
 
-  // `go:caddy` for an id of a probed Go executable; "" otherwise.
-  std::string_view library_name(std::uint16_t id) const;
+  // `go:caddy` for an id of a probed Go executable; "" otherwise. Safe from any thread.
+  std::string_view library_name(std::uint16_t id) const { return names_.name(id); }
   const GoTlsStats& stats() const { return stats_; }
 
  private:
   struct Binary {
     std::uint16_t id = 0;  // 0: not probed (not Go, or skipped)
     bool probed = false;   // probed once at least (counted, noted)
-    std::vector<bpf_link*> links;  // per-file probes
+    ProbeSet links;        // per-file probes
+    Tenant tenant;         // who pays for them: the cgroup of the process it was found in
     std::vector<std::uint32_t> pids;  // processes seen running it (probed ones only)
   };
 
   void scan_process(std::uint32_t pid);
   bool admit(Binary& binary, const GoBinary& go, const std::string& shown);
-  void probe(Binary& binary, const FileKey& key, std::uint32_t pid, const std::string& shown, const GoBinary* just_read);
-  bool attach_all(const Binary& binary, const std::string& path, const GoBinary& go, int pid,
-                  std::vector<bpf_link*>& links, std::string* why);
-  bool attach(bpf_program* prog, const std::string& path, std::uint64_t offset, std::uint16_t id, int pid,
-              std::vector<bpf_link*>& links, std::string* why);
+  void probe(Binary& binary, const FileKey& key, std::uint32_t pid, int fd, const std::string& shown,
+             const GoBinary* just_read);
+  bool attach_all(const Binary& binary, int fd, const GoBinary& go, int pid, const Tenant& tenant, ProbeSet& links,
+                  std::string* why);
   void check_processes();
   void widen_to_files();
   void release(Binary& binary);
@@ -102,13 +107,16 @@ class GoTls {
   GoTlsPrograms programs_;
   std::vector<LoadNote>* notes_;
   std::map<FileKey, Binary> binaries_;  // every executable inspected, Go or not
-  std::vector<std::string> names_;      // by id - kFirstId
+  LibraryNames names_{kFirstId, 1024, "go"};
   std::uint64_t next_full_scan_ns_ = 0;
   std::uint64_t next_process_check_ns_ = 0;
   TlsTargets targets_;
+  ProbeBudget own_budget_;  // when the caller gives none
+  ProbeBudget* budget_;
+  Uprobes uprobes_;
   bool widen_pending_ = false;  // too many processes: per-file probes at the next tick
   GoTlsStats stats_;
-  ProcessProbes processes_{&stats_.go_tls_processes_probed, &stats_.go_tls_processes_released};
+  ProcessProbes processes_{&stats_.go_tls_processes_probed, &stats_.go_tls_processes_released, budget_};
 };
 
 }  // namespace infertap::capture

@@ -201,6 +201,7 @@ struct ProgramChoice {
   bool unix_close = false;        // fentry/unix_sock_destructor: unix sockets' ends seen, no per-call inode read
   std::vector<const DeliveryProbe*> delivery;
   bool tls = false;  // OpenSSL probes (attached per library file later) and the exec signal
+  UprobeMode uprobes = UprobeMode::single;  // how the TLS probes are placed
 };
 
 // Why each attach set cannot be used ("" = it can).
@@ -257,13 +258,11 @@ struct Capture::Impl {
   const RecordHandler* handler = nullptr;
   std::uint64_t consumed = 0;
   int ncpus = 1;
-  std::unique_ptr<TlsLibraries> tls;  // when TLS is captured
-  std::unique_ptr<GoTls> go_tls;      // Go executables' crypto/tls, when TLS is captured
+  std::unique_ptr<TlsWorker> tls;  // OpenSSL libraries and Go executables, when TLS is captured
 
   ~Impl() {
     if (rb) ring_buffer__free(rb);
     tls.reset();
-    go_tls.reset();
     destroy_links();
     if (skel) infertap_bpf__destroy(skel);
   }
@@ -290,9 +289,8 @@ struct Capture::Impl {
     if (self->tls && size >= sizeof(itap_event)) {  // signals for the TLS library finder, not for the pipeline
       const auto* e = static_cast<const itap_event*>(data);
       if (e->kind == ITAP_EV_EXEC || e->kind == ITAP_EV_DLOPEN) {
-        if (e->kind == ITAP_EV_EXEC && self->go_tls) self->go_tls->on_exec(e->pid);
-        if (e->kind == ITAP_EV_EXEC) self->tls->on_exec(e->pid, base::monotonic_ns());
-        else self->tls->on_dlopen(e->pid, base::monotonic_ns());
+        if (e->kind == ITAP_EV_EXEC) self->tls->on_exec(e->pid);
+        else self->tls->on_dlopen(e->pid);
         return 0;
       }
     }
@@ -496,6 +494,14 @@ void choose_tls(const CaptureConfig& config, ProgramChoice& choice, Notes& notes
     return;
   }
   choice.tls = true;
+  std::string why_not_multi;
+  if (Uprobes::multi_supported(&why_not_multi)) {
+    choice.uprobes = UprobeMode::multi;
+    notes.push_back({"TLS uprobes as uprobe_multi links", "one link per program and file: one descriptor, and one "
+                                                          "grace period to remove all its probes"});
+  } else {
+    notes.push_back({"TLS uprobes as one perf event each", why_not_multi});
+  }
   notes.push_back({"TLS: OpenSSL probes on each library file that defines SSL_write and SSL_read (per file, or per "
                    "targeted process), and Go crypto/tls probes (entry and RET instructions) on each Go executable; "
                    "raw tracepoint sched_process_exec and dlopen returns find new ones",
@@ -547,6 +553,12 @@ void select_programs(infertap_bpf* skel, const ProgramChoice& choice) {
                            p.itap_process_exec, p.itap_ssl_handshake_enter, p.itap_ssl_handshake_exit,
                            p.itap_go_tls_write_enter, p.itap_go_tls_read_enter, p.itap_go_tls_return})
     load(tls, choice.tls);
+  if (choice.uprobes == UprobeMode::multi)
+    for (bpf_program* up : {p.itap_ssl_write_enter, p.itap_ssl_write_ex_enter, p.itap_ssl_read_enter,
+                            p.itap_ssl_read_ex_enter, p.itap_ssl_io_exit, p.itap_ssl_free, p.itap_dlopen_exit,
+                            p.itap_ssl_handshake_enter, p.itap_ssl_handshake_exit, p.itap_go_tls_write_enter,
+                            p.itap_go_tls_read_enter, p.itap_go_tls_return})
+      bpf_program__set_expected_attach_type(up, static_cast<bpf_attach_type>(Uprobes::kMultiAttachType));
   skel->rodata->tls_enabled = choice.tls;
   load(p.itap_unix_destroy, choice.unix_close);
   skel->rodata->unix_close_signal = choice.unix_close;
@@ -600,18 +612,17 @@ std::string attach_programs(Capture::Impl& impl, bool* unix_close_failed) {
   return "";
 }
 
-void start_tls(const CaptureConfig& config, Capture::Impl& impl) {
+void start_tls(const CaptureConfig& config, const ProgramChoice& choice, Capture::Impl& impl) {
   const auto& p = impl.skel->progs;
   const TlsPrograms programs{p.itap_ssl_write_enter, p.itap_ssl_write_ex_enter, p.itap_ssl_read_enter,
                              p.itap_ssl_read_ex_enter, p.itap_ssl_io_exit,       p.itap_ssl_free,
                              p.itap_dlopen_exit,          p.itap_ssl_handshake_enter, p.itap_ssl_handshake_exit};
   const TlsTargets targets(config.pids, config.cgroup_ids,
                            config.ignore_self ? static_cast<std::uint32_t>(getpid()) : 0);
-  impl.tls = std::make_unique<TlsLibraries>(programs, &impl.notes, targets);
-  impl.tls->scan_everything(base::monotonic_ns());
-  impl.go_tls = std::make_unique<GoTls>(
-      GoTlsPrograms{p.itap_go_tls_write_enter, p.itap_go_tls_read_enter, p.itap_go_tls_return}, &impl.notes, targets);
-  impl.go_tls->scan_everything(base::monotonic_ns());
+  impl.tls = std::make_unique<TlsWorker>(
+      programs, GoTlsPrograms{p.itap_go_tls_write_enter, p.itap_go_tls_read_enter, p.itap_go_tls_return}, targets,
+      Uprobes(choice.uprobes), config.probe_budget);
+  for (LoadNote& n : impl.tls->take_notes()) impl.notes.push_back(std::move(n));
 }
 
 }  // namespace
@@ -669,7 +680,7 @@ std::unique_ptr<Capture> Capture::open(const CaptureConfig& config, std::string*
       }
       return nullptr;
     }
-    if (choice.tls) start_tls(config, *impl);
+    if (choice.tls) start_tls(config, choice, *impl);
     return std::unique_ptr<Capture>(new Capture(std::move(impl)));
   }
   return nullptr;
@@ -688,8 +699,8 @@ int Capture::poll(int timeout_ms, const RecordHandler& handler) {
   // epoll wait may time out with records pending, so always drain.
   int m = ring_buffer__consume(impl_->rb);
   impl_->handler = nullptr;
-  if (impl_->tls) impl_->tls->tick(base::monotonic_ns());
-  if (impl_->go_tls) impl_->go_tls->tick(base::monotonic_ns());
+  if (impl_->tls)
+    for (LoadNote& n : impl_->tls->take_notes()) impl_->notes.push_back(std::move(n));
   if (m < 0) return m == -EINTR ? total : m;
   return total + m;
 }
@@ -777,13 +788,16 @@ CaptureStats Capture::stats() const {
   ITAP_DROP_LIST(CAPTURE_READ_DROP)
 #undef CAPTURE_READ_DROP
   s.records_consumed = impl_->consumed;
-  if (impl_->tls) s.tls = impl_->tls->stats();
-  if (impl_->go_tls) s.go_tls = impl_->go_tls->stats();
+  if (impl_->tls) {
+    const TlsWorker::Stats w = impl_->tls->stats();
+    s.tls = w.tls;
+    s.go_tls = w.go;
+    s.uprobes = w.budget;
+  }
   return s;
 }
 
 std::string_view Capture::tls_library(std::uint16_t id) const {
-  if (GoTls::is_go_id(id)) return impl_->go_tls ? impl_->go_tls->library_name(id) : std::string_view();
   return impl_->tls ? impl_->tls->library_name(id) : std::string_view();
 }
 

@@ -15,6 +15,7 @@
 #include "capture/abi_check.h"
 #include "capture/go_tls.h"
 #include "capture/tls_libraries.h"
+#include "capture/tls_worker.h"
 
 namespace infertap::capture {
 
@@ -66,6 +67,8 @@ struct CaptureConfig {
   // SSL_write/SSL_read (capture/tls_libraries.h). Off: TLS sockets are muted
   // like any other non-HTTP traffic.
   bool tls = true;
+  // What the TLS probes may take, per file, per cgroup and in all.
+  ProbeBudget::Limits probe_budget;
 };
 
 // Counters from both sides, cumulative since load: one field per entry of the
@@ -81,6 +84,7 @@ struct CaptureStats {
   std::uint64_t records_consumed = 0;  // ring buffer records userspace read
   TlsLibraryStats tls;                 // where TLS lives: files probed, failures, scans
   GoTlsStats go_tls;                   // Go executables' crypto/tls probed, skipped, released
+  UprobeBudgetStats uprobes;           // the TLS probes' budgets: what is placed now, what was refused
 
   // f(base::Counter) for each kernel counter, then records_consumed.
   template <class F>
@@ -92,6 +96,7 @@ struct CaptureStats {
                     records_consumed});
     tls.for_each(f);
     go_tls.for_each(f);
+    uprobes.for_each(f);
   }
   // f(base::Counter) for each drop reason (name = the reason, value = drops_<name>).
   template <class F>

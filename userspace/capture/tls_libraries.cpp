@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "capture/elf_symbols.h"
 #include "capture/loader.h"
@@ -42,9 +43,13 @@ constexpr std::uint64_t kExecRescanNs[] = {0, 10'000'000ull, 300'000'000ull};
 constexpr std::size_t kMaxPendingScans = 4096;
 // How often the processes that map a deleted library file are checked: once
 // none is left, a full rescan confirms it and releases the file's probes.
-constexpr std::uint64_t kDeletedMapperCheckNs = 1'000'000'000ull;
-constexpr std::size_t kMaxDeletedMappers = 64;
-constexpr std::size_t kMaxTlsLibraries = 1024;
+// How often the processes seen mapping a probed file are checked: once none
+// is left, a full rescan confirms it and releases the file's probes — at
+// most one such rescan per kMinRescanGapNs.
+constexpr std::uint64_t kMapperCheckNs = 1'000'000'000ull;
+constexpr std::uint64_t kMinRescanGapNs = 2'000'000'000ull;
+constexpr std::size_t kMaxWatchedMappers = 64;
+constexpr std::size_t kMaxRememberedFiles = 16384;
 
 bool is_openssl_name(std::string_view name) { return name.rfind("libssl.so", 0) == 0; }
 
@@ -69,6 +74,8 @@ std::string hex(std::uint64_t v) {
 // Moves each direction's probes to where each call traps once
 // (probe_sites.h). Says where, for the attach note ("" when they stay at the
 // public entries).
+std::string fd_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
 std::string place_io_probes(const std::string& path, std::vector<std::uint64_t>& offsets) {
   const ElfCode elf(path);
   if (!elf.x86_64()) return "";
@@ -91,25 +98,64 @@ std::string place_io_probes(const std::string& path, std::vector<std::uint64_t>&
   return where.empty() ? where : where + ": one emulated trap per call";
 }
 
-// The path that opens a mapped file: its map_files entry (the very file
+// Opens a mapped file and checks it is the file the mapping names (device
+// and inode of the maps line): through its map_files entry (the very file
 // mapped, even deleted or in another mount namespace), else the path in the
 // process's root; a deleted file only through map_files (its path names a
-// replacement or nothing). "" and *why when neither opens (the process's
-// container torn down, a mount the agent cannot see).
-std::string mapped_path(const std::string& proc, const MappedFile& m, std::string* why) {
-  const std::string mapped = proc + "/map_files/" + hex(m.start) + "-" + hex(m.end);
-  if (access(mapped.c_str(), R_OK) == 0) return mapped;
-  const std::string mapped_error = errno_text(errno);
-  if (m.deleted) {
-    *why = "mapped while deleted or replaced on disk, and " + mapped + " does not open: " + mapped_error;
-    return "";
+// replacement or nothing). The descriptor is what the agent then reads and
+// probes (uprobes.h): a mapping or path replaced after this check changes
+// nothing. Never blocks (a FIFO in its place), never follows to another file
+// unnoticed (a link out of the process's root names another inode).
+struct OpenedFile {
+  int fd = -1;
+  std::string path;  // how it was opened, for the notes
+  OpenedFile() = default;
+  OpenedFile(OpenedFile&& o) noexcept : fd(std::exchange(o.fd, -1)), path(std::move(o.path)) {}
+  ~OpenedFile() {
+    if (fd >= 0) ::close(fd);
   }
-  const std::string rooted = proc + "/root" + m.path;
-  if (access(rooted.c_str(), R_OK) == 0) return rooted;
-  const std::string rooted_error = errno_text(errno);
-  *why = "opens neither through " + mapped + " (" + mapped_error + ") nor through its root, " + rooted + " (" +
-         rooted_error + "): the process's root is gone or hidden from the agent";
-  return "";
+};
+enum class OpenResult { opened, unreachable, changed };
+
+OpenResult open_one(const std::string& path, const FileKey& key, OpenedFile* out, std::string* why) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    *why = path + " (" + errno_text(errno) + ")";
+    return OpenResult::unreachable;
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || FileKey{st.st_dev, st.st_ino} != key) {
+    ::close(fd);
+    *why = path + " opened another file than the mapping names (device " + std::to_string(key.dev) + ", inode " +
+           std::to_string(key.ino) + "): replaced under the agent, or not a regular file";
+    return OpenResult::changed;
+  }
+  out->fd = fd;
+  out->path = path;
+  return OpenResult::opened;
+}
+
+OpenResult open_mapped(const std::string& proc, const MappedFile& m, const FileKey& key, OpenedFile* out,
+                       std::string* why) {
+  const std::string mapped = proc + "/map_files/" + hex(m.start) + "-" + hex(m.end);
+  std::string mapped_error;
+  const OpenResult first = open_one(mapped, key, out, &mapped_error);
+  if (first != OpenResult::unreachable) {
+    *why = mapped_error;
+    return first;
+  }
+  if (m.deleted) {
+    *why = "mapped while deleted or replaced on disk, and " + mapped_error + " does not open";
+    return OpenResult::unreachable;
+  }
+  std::string rooted_error;
+  const OpenResult second = open_one(proc + "/root" + m.path, key, out, &rooted_error);
+  if (second == OpenResult::unreachable)
+    *why = "opens neither through " + mapped_error + " nor through its root, " + rooted_error +
+           ": the process's root is gone or hidden from the agent";
+  else
+    *why = rooted_error;
+  return second;
 }
 
 // A process that exited, or is a zombie (its maps read empty). During a
@@ -134,8 +180,13 @@ bool numeric(const char* name) {
 }  // namespace
 
 TlsLibraries::TlsLibraries(const TlsPrograms& programs, std::vector<LoadNote>* notes, TlsTargets targets,
-                           std::string proc_root)
-    : programs_(programs), notes_(notes), targets_(std::move(targets)), proc_root_(std::move(proc_root)) {
+                           std::string proc_root, ProbeBudget* budget, Uprobes uprobes)
+    : programs_(programs),
+      notes_(notes),
+      targets_(std::move(targets)),
+      proc_root_(std::move(proc_root)),
+      budget_(budget ? budget : &own_budget_),
+      uprobes_(uprobes) {
   if (targets_.per_process())
     note("TLS probes per targeted process, not per library file",
          "targeting names processes (" + targets_.narrowed_by() + "): libssl users that are not targets never trap");
@@ -145,12 +196,9 @@ TlsLibraries::TlsLibraries(const TlsPrograms& programs, std::vector<LoadNote>* n
 }
 
 TlsLibraries::~TlsLibraries() {
-  for (auto& [key, file] : files_) destroy_links(file.links);
-}
-
-std::string_view TlsLibraries::library_name(std::uint16_t id) const {
-  if (id == 0 || id > library_names_.size()) return "";
-  return library_names_[id - 1];
+  std::vector<ProbeSet> sets;
+  for (auto& [key, file] : files_) sets.push_back(std::move(file.links));
+  release_all(sets);
 }
 
 void TlsLibraries::note(std::string what, std::string why) {
@@ -177,7 +225,11 @@ void TlsLibraries::scan_everything(std::uint64_t now_ns) {
       if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       const FileKey key{st.st_dev, st.st_ino};
       if (files_.contains(key)) continue;  // the same file in another directory (/lib -> /usr/lib)
-      inspect(key, path, path, entry->d_name, false, 0);
+      OpenedFile opened;
+      std::string why;
+      if (open_one(path, key, &opened, &why) != OpenResult::opened) continue;  // replaced since the lstat
+      files_[key].host_library = true;
+      inspect(key, opened.fd, path, entry->d_name, false, 0, kHostTenant);
     }
     closedir(d);
   }
@@ -188,7 +240,9 @@ void TlsLibraries::scan_everything(std::uint64_t now_ns) {
   }
   in_full_scan_ = false;
   release_unmapped();
+  forget_unprobed();
   next_full_scan_ns_ = now_ns + kFullRescanNs;
+  last_full_scan_ns_ = now_ns;
 }
 
 void TlsLibraries::schedule(std::uint32_t pid, std::uint64_t due_ns) {
@@ -208,7 +262,7 @@ void TlsLibraries::on_dlopen(std::uint32_t pid, std::uint64_t now_ns) { schedule
 
 void TlsLibraries::tick(std::uint64_t now_ns) {
   if (widen_pending_) widen_to_files();
-  check_deleted_mappers(now_ns);
+  check_mappers(now_ns);
   processes_.release_exited(now_ns);
   if (now_ns >= next_full_scan_ns_) {
     due_.clear();
@@ -222,7 +276,9 @@ void TlsLibraries::tick(std::uint64_t now_ns) {
   }
 }
 
-// Each executable file mapping not inspected yet, through mapped_path.
+// Each executable file mapping: inspected once (through a descriptor checked
+// to be the mapped file), probed when it has no probes yet (new, released
+// since, or refused by a budget in an earlier full scan).
 void TlsLibraries::scan_process(std::uint32_t pid) {
   const bool per_process = targets_.per_process();
   if (per_process && !targets_.eligible(pid)) return;
@@ -233,6 +289,7 @@ void TlsLibraries::scan_process(std::uint32_t pid) {
     ++stats_.tls_processes_gone;
     return;
   }
+  const Tenant tenant = process_tenant(pid, proc_root_);
   char* line = nullptr;
   std::size_t cap = 0;
   while (getline(&line, &cap, maps) > 0) {
@@ -242,22 +299,38 @@ void TlsLibraries::scan_process(std::uint32_t pid) {
     auto it = files_.find(key);
     const bool known = it != files_.end();
     if (known) {
-      if (in_full_scan_) it->second.seen_scan = full_scans_;
-      if (m->deleted) mapped_deleted(it->second, pid);
-      if (!per_process || it->second.offsets.empty()) continue;
+      File& file = it->second;
+      if (in_full_scan_) file.seen_scan = full_scans_;
+      mapped_by(file, pid, m->deleted);
+      const bool wants_probes = !file.offsets.empty() && (per_process || (file.links.empty() && !file.host_library &&
+                                                                          file.refused_scan < full_scans_));
+      if (!wants_probes) continue;
     }
+    OpenedFile opened;
     std::string why;
-    const std::string path = mapped_path(proc, *m, &why);
-    if (path.empty()) {
+    const OpenResult result = open_mapped(proc, *m, key, &opened, &why);
+    if (result != OpenResult::opened) {
       if (process_gone(proc)) {
         ++stats_.tls_processes_gone;
         break;
       }
-      if (!known) unreachable(key, *m, pid, why);
+      if (result == OpenResult::changed) {
+        ++stats_.tls_files_changed;
+        note("mapped file " + m->path + " of process " + std::to_string(pid) + " not read", why);
+      } else if (!known) {
+        unreachable(key, *m, pid, why);
+      }
       continue;
     }
-    if (!known) inspect(key, path, m->path, base_name(m->path), m->deleted, pid);
-    if (per_process && !widen_pending_) probe_process(key, files_[key], pid, path);
+    const std::string shown = m->path + ", read through " + opened.path;
+    if (!known) {
+      inspect(key, opened.fd, shown, base_name(m->path), m->deleted, pid, tenant);
+    } else if (!per_process) {
+      File& file = files_[key];
+      file.tenant = tenant;
+      probe_file(file, opened.fd, shown);
+    }
+    if (per_process && !widen_pending_) probe_process(key, files_[key], pid, opened.fd);
   }
   std::free(line);
   std::fclose(maps);
@@ -273,91 +346,70 @@ void TlsLibraries::unreachable(const FileKey& key, const MappedFile& m, std::uin
   note("TLS library " + std::string(name) + " not probed", m.path + " of process " + std::to_string(pid) + ": " + why);
 }
 
-// `path` opens the file; `shown` is how the process names it (for the notes).
-void TlsLibraries::inspect(const FileKey& key, const std::string& path, const std::string& shown, std::string_view name,
-                           bool deleted, std::uint32_t pid) {
+// `fd` is the file (checked); `shown` is how the process names it (for the notes).
+void TlsLibraries::inspect(const FileKey& key, int fd, const std::string& shown, std::string_view name, bool deleted,
+                           std::uint32_t pid, const Tenant& tenant) {
   File& file = files_[key];  // inspected once, whatever the outcome
   file.seen_scan = full_scans_;
   file.deleted = deleted;
-  if (deleted) file.pids.push_back(pid);
-  const FunctionOffsets found = find_functions(path, kFunctions);
+  file.tenant = tenant;
+  if (pid) file.pids.push_back(pid);
+  const FunctionOffsets found = find_functions(fd_path(fd), kFunctions);
   if (!found.error.empty()) {
     if (is_openssl_name(name)) {
       ++stats_.tls_attach_failures;
-      note("TLS library " + std::string(name) + " not probed", path + ": " + found.error);
+      note("TLS library " + std::string(name) + " not probed", shown + ": " + found.error);
     }
     return;
   }
   const bool tls = found.offsets[kWrite] && found.offsets[kRead];
   if (!tls && !found.offsets[kDlopen]) return;
-  if (tls && library_names_.size() >= kMaxTlsLibraries) {
-    ++stats_.tls_attach_failures;
-    note("TLS library " + std::string(name) + " not probed", "already " + std::to_string(kMaxTlsLibraries) +
-                                                                 " TLS library files probed");
-    return;
-  }
   file.name = name;
   file.offsets = found.offsets;
   if (tls) {
-    file.sites = place_io_probes(path, file.offsets);
-    library_names_.push_back(library_label(name));
-    file.id = static_cast<std::uint16_t>(library_names_.size());
+    file.sites = place_io_probes(fd_path(fd), file.offsets);
+    file.id = names_.id_for(library_label(name));
   }
   if (targets_.per_process()) return;  // probed for each targeted process that maps it
+  probe_file(file, fd, shown);
+}
+
+// The file's probes for every process, charged to its tenant.
+void TlsLibraries::probe_file(File& file, int fd, const std::string& shown) {
   std::string why;
-  if (found.offsets[kDlopen] && programs_.dlopen_exit &&
-      !attach(programs_.dlopen_exit, path, found.offsets[kDlopen], true, 0, -1, file.links, &why))
-    note("libraries loaded later by processes of " + std::string(name) + " found only by the periodic rescan",
-         "probing dlopen in " + path + " failed: " + why);
-  if (!tls) return;
-  if (!attach_tls(file, path, -1, file.links, &why)) {
-    ++stats_.tls_attach_failures;
-    note("TLS library " + std::string(name) + " not probed: its TLS streams are not seen", path + ": " + why);
+  if (!place(file, fd, -1, file.tenant, file.links, &why)) {
+    const bool said = file.refused_scan != 0;
+    file.refused_scan = full_scans_;  // tried again in the next full scan
+    if (file.id) ++stats_.tls_attach_failures;
+    if (said) return;
+    if (file.id)
+      note("TLS library " + file.name + " not probed: its TLS streams are not seen", shown + ": " + why);
+    else
+      note("libraries loaded later by processes of " + file.name + " found only by the periodic rescan",
+           "probing dlopen in " + shown + " failed: " + why);
     return;
   }
+  file.refused_scan = 0;
+  if (!file.id) return;
+  const bool first = !file.probed;
+  file.probed = true;
+  if (!first) return;  // probed again after a release: noted once
   ++stats_.tls_libraries_attached;
-  if (deleted) ++stats_.tls_libraries_deleted;
-  note("probing TLS in " + std::string(name) + " as " + library_names_.back(),
-       std::string(deleted ? "mapped while deleted or replaced on disk, " : "") + "defines SSL_write and SSL_read (" +
-           shown + (shown == path ? "" : ", read through " + path) + ")" +
-           (file.sites.empty() ? "" : "; " + file.sites));
+  if (file.deleted) ++stats_.tls_libraries_deleted;
+  note("probing TLS in " + file.name + " as " + std::string(library_name(file.id)),
+       std::string(file.deleted ? "mapped while deleted or replaced on disk, " : "") +
+           "defines SSL_write and SSL_read (" + shown + ")" + (file.sites.empty() ? "" : "; " + file.sites) + "; " +
+           std::to_string(file.links.sites()) + " " + std::string(to_string(uprobes_.mode())) + " sites");
 }
 
-// A probed file seen mapped "(deleted)": deleted or replaced on disk after it
-// was probed (a package upgrade), or probed that way. Its probes hold the old
-// file until no process maps it; the processes seen mapping it are watched.
-void TlsLibraries::mapped_deleted(File& file, std::uint32_t pid) {
-  if (file.links.empty()) return;
-  if (!file.deleted) {
-    file.deleted = true;
-    ++stats_.tls_libraries_deleted;
-    note("TLS library " + std::string(library_name(file.id)) + " deleted or replaced on disk",
-         "its probes are released once no process maps it");
-  }
-  if (file.pids.size() < kMaxDeletedMappers &&
-      std::find(file.pids.begin(), file.pids.end(), pid) == file.pids.end())
-    file.pids.push_back(pid);
-}
-
-// Once every process seen mapping a deleted file is gone (exited, or a zombie
-// with no mappings), a full rescan soon: it finds the file unmapped (children
-// that inherited the mapping keep it) and releases the probes.
-void TlsLibraries::check_deleted_mappers(std::uint64_t now_ns) {
-  if (now_ns < next_mapper_check_ns_) return;
-  next_mapper_check_ns_ = now_ns + kDeletedMapperCheckNs;
-  for (auto& [key, file] : files_) {
-    if (!file.deleted || file.links.empty() || file.pids.empty()) continue;
-    std::erase_if(file.pids, [this](std::uint32_t pid) { return process_gone(proc_root_ + "/" + std::to_string(pid)); });
-    if (file.pids.empty()) next_full_scan_ns_ = now_ns;
-  }
-}
-
-// Entry and return of each call the file defines; SSL_write and SSL_read must
-// attach, the others (the _ex forms, SSL_free) may be missing. pid -1: for
-// every process.
-bool TlsLibraries::attach_tls(const File& file, const std::string& path, int pid, std::vector<bpf_link*>& links,
-                              std::string* why) {
+// Every probe site of a file: its dlopen return, and its TLS calls' entries
+// and returns (SSL_write and SSL_read must be there; the _ex forms, SSL_free
+// and the handshake may be missing).
+std::vector<UprobeSite> TlsLibraries::tls_sites(const File& file) const {
   const std::vector<std::uint64_t>& offsets = file.offsets;
+  std::vector<UprobeSite> sites;
+  if (offsets[kDlopen] && programs_.dlopen_exit) sites.push_back({programs_.dlopen_exit, offsets[kDlopen], 0, true});
+  if (!file.id) return sites;
   const struct {
     Function function;
     bpf_program* entry;
@@ -365,68 +417,104 @@ bool TlsLibraries::attach_tls(const File& file, const std::string& path, int pid
                {kWriteEx, programs_.write_ex_enter},
                {kRead, programs_.read_enter},
                {kReadEx, programs_.read_ex_enter}};
-  const std::size_t before = links.size();
   for (const auto& call : calls) {
     if (!offsets[call.function]) continue;
-    if (!attach(call.entry, path, offsets[call.function], false, file.id, pid, links, why) ||
-        !attach(programs_.io_exit, path, offsets[call.function], true, file.id, pid, links, why)) {
-      for (std::size_t i = before; i < links.size(); ++i) bpf_link__destroy(links[i]);
-      links.resize(before);
-      return false;
-    }
+    sites.push_back({call.entry, offsets[call.function], file.id, false});
+    sites.push_back({programs_.io_exit, offsets[call.function], file.id, true});
   }
-  if (offsets[kFree]) (void)attach(programs_.ssl_free, path, offsets[kFree], false, file.id, pid, links, why);
+  if (offsets[kFree]) sites.push_back({programs_.ssl_free, offsets[kFree], file.id, false});
   // Without it a handshake's socket calls count as an unprobed library's;
   // the connection is then muted only if the handshake alone reaches
   // ITAP_TLS_BLIND_CALLS.
-  if (offsets[kHandshake] && programs_.handshake_enter &&
-      attach(programs_.handshake_enter, path, offsets[kHandshake], false, file.id, pid, links, why))
-    (void)attach(programs_.handshake_exit, path, offsets[kHandshake], true, file.id, pid, links, why);
+  if (offsets[kHandshake] && programs_.handshake_enter) {
+    sites.push_back({programs_.handshake_enter, offsets[kHandshake], file.id, false});
+    sites.push_back({programs_.handshake_exit, offsets[kHandshake], file.id, true});
+  }
+  return sites;
+}
+
+// The file's probes for `pid` (-1: every process) into `links`, within the
+// budget; all or none.
+bool TlsLibraries::place(const File& file, int fd, int pid, const Tenant& tenant, ProbeSet& links, std::string* why) {
+  const std::vector<UprobeSite> sites = tls_sites(file);
+  if (sites.empty()) return true;
+  if (!programs_.write_enter) {  // a test without programs: nothing to attach
+    *why = "no TLS programs loaded";
+    return false;
+  }
+  if (std::string refused = budget_->admit(tenant, sites.size(), uprobes_.handles_for(sites)); !refused.empty()) {
+    *why = "budget: " + refused;
+    return false;
+  }
+  ProbeSet placed;
+  if (!uprobes_.attach(fd, pid, sites, &placed, why)) return false;
+  budget_->charge(tenant, placed);
+  links.absorb(std::move(placed));
   return true;
 }
 
-bool TlsLibraries::attach(bpf_program* prog, const std::string& path, std::uint64_t offset, bool ret,
-                          std::uint64_t cookie, int pid, std::vector<bpf_link*>& links, std::string* why) {
-  LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookie, .retprobe = ret);
-  bpf_link* link = bpf_program__attach_uprobe_opts(prog, pid, path.c_str(), static_cast<std::size_t>(offset), &opts);
-  if (!link) {
-    const int err = errno;
-    *why = std::string(bpf_program__name(prog)) + " at offset 0x" + hex(offset) + ": " + errno_text(err);
-    return false;
+// A process seen mapping a file: watched while the file has probes, so they
+// are released soon after the last one exits. A file seen "(deleted)" was
+// deleted or replaced on disk after it was probed (a package upgrade), or
+// probed that way.
+void TlsLibraries::mapped_by(File& file, std::uint32_t pid, bool deleted) {
+  if (file.links.empty()) return;
+  if (deleted && !file.deleted) {
+    file.deleted = true;
+    ++stats_.tls_libraries_deleted;
+    note("TLS library " + std::string(library_name(file.id)) + " deleted or replaced on disk",
+         "its probes are released once no process maps it");
   }
-  links.push_back(link);
-  return true;
+  if (file.pids.size() < kMaxWatchedMappers && std::find(file.pids.begin(), file.pids.end(), pid) == file.pids.end())
+    file.pids.push_back(pid);
+}
+
+// Once every process seen mapping a probed file is gone (exited, or a zombie
+// with no mappings), a full rescan soon: it finds the file unmapped (children
+// that inherited the mapping keep it) and releases the probes. Rescans this
+// way are spaced, so a tenant starting and stopping processes cannot make the
+// agent read every process's maps continuously.
+void TlsLibraries::check_mappers(std::uint64_t now_ns) {
+  if (now_ns < next_mapper_check_ns_) return;
+  next_mapper_check_ns_ = now_ns + kMapperCheckNs;
+  for (auto& [key, file] : files_) {
+    if (file.links.empty() || file.pids.empty() || file.host_library) continue;
+    std::erase_if(file.pids, [this](std::uint32_t pid) { return process_gone(proc_root_ + "/" + std::to_string(pid)); });
+    if (file.pids.empty()) next_full_scan_ns_ = std::min(next_full_scan_ns_, last_full_scan_ns_ + kMinRescanGapNs);
+  }
 }
 
 // The probes of one targeted process on one file it maps (its dlopen, its
 // TLS calls), once per process and file.
-void TlsLibraries::probe_process(const FileKey& key, File& file, std::uint32_t pid, const std::string& path) {
+void TlsLibraries::probe_process(const FileKey& key, File& file, std::uint32_t pid, int fd) {
   if (file.offsets.empty()) return;  // neither TLS nor dlopen
-  std::vector<bpf_link*>* own = processes_.links_for(pid, key);
+  ProbeSet* own = processes_.links_for(pid, key);
   if (!own) {
     if (processes_.full()) widen_pending_ = true;
     return;
   }
-  std::vector<bpf_link*>& links = *own;
   const std::string who = "process " + std::to_string(pid);
+  const Tenant tenant = process_tenant(pid, proc_root_);
   std::string why;
-  if (file.offsets[kDlopen] && programs_.dlopen_exit &&
-      !attach(programs_.dlopen_exit, path, file.offsets[kDlopen], true, 0, static_cast<int>(pid), links, &why))
-    note("libraries loaded later by " + who + " found only by the periodic rescan", "probing dlopen in " + file.name +
-                                                                                         " failed: " + why);
-  if (!file.id) return;
-  if (!attach_tls(file, path, static_cast<int>(pid), links, &why)) {
+  if (!place(file, fd, static_cast<int>(pid), tenant, *own, &why)) {
+    if (!file.id) {
+      note("libraries loaded later by " + who + " found only by the periodic rescan",
+           "probing dlopen in " + file.name + " failed: " + why);
+      return;
+    }
     ++stats_.tls_attach_failures;
-    note("TLS library " + file.name + " not probed for " + who + ": its TLS streams are not seen", path + ": " + why);
+    note("TLS library " + file.name + " not probed for " + who + ": its TLS streams are not seen", why);
     return;
   }
+  processes_.placed(pid, key, tenant);
+  if (!file.id) return;
   if (!file.probed) {
     file.probed = true;
     ++stats_.tls_libraries_attached;
     if (file.deleted) ++stats_.tls_libraries_deleted;
   }
   note("probing TLS in " + file.name + " as " + std::string(library_name(file.id)) + " for " + who,
-       "targeted by " + targets_.narrowed_by() + ", defines SSL_write and SSL_read (" + path + ")");
+       "targeted by " + targets_.narrowed_by() + ", defines SSL_write and SSL_read");
 }
 
 // Too many targeted processes: every file is inspected and probed again, once
@@ -435,20 +523,45 @@ void TlsLibraries::widen_to_files() {
   widen_pending_ = false;
   targets_.widen();
   processes_.clear();
+  std::vector<ProbeSet> sets;
+  for (auto& [key, file] : files_) {
+    budget_->refund(file.tenant, file.links);
+    sets.push_back(std::move(file.links));
+  }
+  release_all(sets);
   files_.clear();
   next_full_scan_ns_ = 0;
   note("TLS probes per library file from now on: libssl users that are not targets trap too",
        "more than " + std::to_string(ProcessProbes::kMaxProcesses) + " targeted processes to probe one by one");
 }
 
-// Probes on a file deleted from disk that no process maps any more keep the
-// file's blocks allocated: release them.
+// Probes on a file that no process maps any more (a library a process
+// dlopened before it exited, a deleted file whose blocks they keep
+// allocated): released, and placed again if a process maps it again. The
+// host's own libraries keep theirs.
 void TlsLibraries::release_unmapped() {
+  std::vector<ProbeSet> sets;
   for (auto& [key, file] : files_) {
-    if (!file.deleted || file.links.empty() || file.seen_scan == full_scans_) continue;
-    destroy_links(file.links);
+    if (file.links.empty() || file.host_library || file.seen_scan == full_scans_) continue;
+    budget_->refund(file.tenant, file.links);
+    sets.push_back(std::move(file.links));
     ++stats_.tls_libraries_released;
   }
+  release_all(sets);
+}
+
+// Files inspected but without probes (not TLS, unreachable, refused) are
+// remembered so they are not read again; past a bound the ones no process
+// mapped in the last full scan are forgotten: a tenant mapping ever new files
+// cannot grow the agent.
+void TlsLibraries::forget_unprobed() {
+  if (files_.size() <= kMaxRememberedFiles) return;
+  const std::size_t before = files_.size();
+  std::erase_if(files_, [this](const auto& entry) {
+    const File& file = entry.second;
+    return file.links.empty() && !file.host_library && file.seen_scan != full_scans_;
+  });
+  stats_.tls_files_forgotten += before - files_.size();
 }
 
 }  // namespace infertap::capture

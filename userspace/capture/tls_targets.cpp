@@ -3,6 +3,7 @@
 #include <bpf/libbpf.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -61,16 +62,73 @@ bool TlsTargets::in_cgroups(std::uint32_t pid) const {
   }
 }
 
-void destroy_links(std::vector<bpf_link*>& links) {
-  for (bpf_link* link : links) bpf_link__destroy(link);
-  links.clear();
+Tenant process_tenant(std::uint32_t pid, const std::string& proc_root) {
+  std::ifstream in(proc_root + "/" + std::to_string(pid) + "/cgroup");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("0::", 0) == 0 && line.size() > 3 && line.size() < 4096) return line.substr(3);
+  return "?";
+}
+
+std::string ProbeBudget::admit(const Tenant& tenant, std::size_t sites, std::size_t handles) {
+  static const Use kNone;
+  const auto found = tenants_.find(tenant);
+  const Use& use = found == tenants_.end() ? kNone : found->second;
+  std::string why;
+  if (sites > limits_.sites_per_file)
+    why = std::to_string(sites) + " uprobes on one file: more than " + std::to_string(limits_.sites_per_file);
+  else if (tenant != kHostTenant && use.files >= limits_.files_per_tenant)
+    why = "its cgroup " + tenant + " has " + std::to_string(use.files) + " files with TLS probes already, its share";
+  else if (tenant != kHostTenant && use.sites + sites > limits_.sites_per_tenant)
+    why = "its cgroup " + tenant + " has " + std::to_string(use.sites) +
+          " TLS uprobes already; " + std::to_string(sites) + " more pass its share of " +
+          std::to_string(limits_.sites_per_tenant);
+  else if (handles_ + handles > limits_.handles_total)
+    why = std::to_string(handles_) + " uprobe handles placed already; " + std::to_string(handles) +
+          " more pass the agent's total of " + std::to_string(limits_.handles_total);
+  if (!why.empty()) ++refusals_;
+  return why;
+}
+
+void ProbeBudget::charge(const Tenant& tenant, const ProbeSet& set) {
+  if (set.empty()) return;
+  Use& use = tenants_[tenant];
+  ++use.files;
+  use.sites += set.sites();
+  ++files_;
+  sites_ += set.sites();
+  handles_ += set.handles();
+}
+
+void ProbeBudget::refund(const Tenant& tenant, const ProbeSet& set) {
+  if (set.empty()) return;
+  auto it = tenants_.find(tenant);
+  if (it != tenants_.end()) {
+    it->second.files -= std::min<std::size_t>(it->second.files, 1);
+    it->second.sites -= std::min(it->second.sites, set.sites());
+    if (!it->second.files) tenants_.erase(it);
+  }
+  files_ -= std::min<std::size_t>(files_, 1);
+  sites_ -= std::min(sites_, set.sites());
+  handles_ -= std::min(handles_, set.handles());
+}
+
+UprobeBudgetStats ProbeBudget::stats() const {
+  UprobeBudgetStats s;
+  s.uprobe_sites = sites_;
+  s.uprobe_handles = handles_;
+  s.uprobe_files = files_;
+  s.uprobe_tenants = static_cast<std::uint64_t>(
+      std::count_if(tenants_.begin(), tenants_.end(), [](const auto& t) { return t.second.files > 0; }));
+  s.uprobe_budget_refusals = refusals_;
+  return s;
 }
 
 namespace {
 constexpr std::uint64_t kProcessCheckNs = 1'000'000'000ull;
 }  // namespace
 
-std::vector<bpf_link*>* ProcessProbes::links_for(std::uint32_t pid, const FileKey& file) {
+ProbeSet* ProcessProbes::links_for(std::uint32_t pid, const FileKey& file) {
   const std::uint64_t start = process_start_time(pid);
   if (!start) return nullptr;
   auto it = processes_.find(pid);
@@ -100,15 +158,32 @@ void ProcessProbes::release_exited(std::uint64_t now_ns) {
   }
 }
 
+void ProcessProbes::placed(std::uint32_t pid, const FileKey& file, const Tenant& tenant) {
+  auto it = processes_.find(pid);
+  if (it == processes_.end()) return;
+  it->second.tenant = tenant;
+  if (auto set = it->second.links.find(file); set != it->second.links.end() && budget_) budget_->charge(tenant, set->second);
+}
+
 void ProcessProbes::release(std::map<std::uint32_t, Process>::iterator it) {
-  for (auto& [file, links] : it->second.links) destroy_links(links);
+  std::vector<ProbeSet> sets;
+  for (auto& [file, links] : it->second.links) {
+    if (budget_) budget_->refund(it->second.tenant, links);
+    sets.push_back(std::move(links));
+  }
+  release_all(sets);
   processes_.erase(it);
   ++*released_;
 }
 
 void ProcessProbes::clear() {
+  std::vector<ProbeSet> sets;
   for (auto& [pid, process] : processes_)
-    for (auto& [file, links] : process.links) destroy_links(links);
+    for (auto& [file, links] : process.links) {
+      if (budget_) budget_->refund(process.tenant, links);
+      sets.push_back(std::move(links));
+    }
+  release_all(sets);
   processes_.clear();
   full_ = false;
 }

@@ -10,11 +10,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
-struct bpf_link;
+#include "base/counter.h"
+#include "capture/uprobes.h"
 
 namespace infertap::capture {
 
@@ -50,8 +52,59 @@ struct FileKey {
   auto operator<=>(const FileKey&) const = default;
 };
 
-// Detaches every probe of `links` and empties it.
-void destroy_links(std::vector<bpf_link*>& links);
+// Who pays for a file's probes: the cgroup of the process the file was found
+// in (a container, a service), or the host ("") for the libraries in the
+// host's own library directories. Not the uid: most containers run as root.
+using Tenant = std::string;
+inline const Tenant kHostTenant;
+// Process `pid`'s cgroup v2 path ("/kubepods/…/cri-containerd-….scope");
+// "?" when it cannot be read.
+Tenant process_tenant(std::uint32_t pid, const std::string& proc_root = "/proc");
+
+#define INFERTAP_UPROBE_BUDGET_COUNTERS(X)                                                                         \
+  X(uprobe_sites, level, "TLS uprobes placed now (every offset of every file, process or all)")                   \
+  X(uprobe_handles, level, "kernel objects the TLS uprobes hold now (uprobe_multi links, or one perf event per uprobe)") \
+  X(uprobe_files, level, "files (TLS libraries, Go executables) with TLS uprobes now")                              \
+  X(uprobe_tenants, level, "cgroups with TLS uprobes on files found in their processes now")                               \
+  X(uprobe_budget_refusals, total, "TLS probe placements refused: past a budget per file, per owner or in total (named in the log)")
+
+struct UprobeBudgetStats {
+  INFERTAP_COUNTER_FIELDS(INFERTAP_UPROBE_BUDGET_COUNTERS)
+};
+
+// The TLS uprobes the agent may place, so that no tenant can spend them for
+// all: a bound per file (a real TLS library needs ~12 sites, a Go executable
+// 2 entries and a few RETs), per tenant (files and sites) and in total
+// (kernel objects: each one is a grace period to wait for when it is removed,
+// which bounds how long detaching everything takes at shutdown).
+class ProbeBudget {
+ public:
+  struct Limits {
+    std::size_t sites_per_file = 160;
+    std::size_t files_per_tenant = 32;
+    std::size_t sites_per_tenant = 1024;
+    std::size_t handles_total = 1024;
+  };
+  ProbeBudget() = default;
+  explicit ProbeBudget(Limits limits) : limits_(limits) {}
+  const Limits& limits() const { return limits_; }
+
+  // "" when one more file (or process) with these probes fits `tenant`'s
+  // share; else which budget it would exceed (counted as a refusal).
+  std::string admit(const Tenant& tenant, std::size_t sites, std::size_t handles);
+  void charge(const Tenant& tenant, const ProbeSet& set);
+  void refund(const Tenant& tenant, const ProbeSet& set);
+  UprobeBudgetStats stats() const;
+
+ private:
+  struct Use {
+    std::size_t files = 0, sites = 0;
+  };
+  Limits limits_;
+  std::map<Tenant, Use> tenants_;
+  std::size_t sites_ = 0, handles_ = 0, files_ = 0;
+  std::uint64_t refusals_ = 0;
+};
 
 // The probes each targeted process has of its own, by the file they are on,
 // for the TLS finders (OpenSSL libraries, Go executables) when targeting names
@@ -65,25 +118,29 @@ class ProcessProbes {
   static constexpr std::size_t kMaxProcesses = 64;
 
   // The counts of processes given probes and of processes released.
-  ProcessProbes(std::uint64_t* probed, std::uint64_t* released) : probed_(probed), released_(released) {}
+  ProcessProbes(std::uint64_t* probed, std::uint64_t* released, ProbeBudget* budget)
+      : probed_(probed), released_(released), budget_(budget) {}
   ~ProcessProbes() { clear(); }
   ProcessProbes(const ProcessProbes&) = delete;
   ProcessProbes& operator=(const ProcessProbes&) = delete;
 
   // Where to put live process `pid`'s probes on `file`; nullptr when it has
   // them already, is gone, or would be one process too many (then full()).
-  std::vector<bpf_link*>* links_for(std::uint32_t pid, const FileKey& file);
+  ProbeSet* links_for(std::uint32_t pid, const FileKey& file);
   // Past the bound: the owner probes per file from now on (and clear()s).
   bool full() const { return full_; }
   // Releases the probes of processes that exited; checks once a second.
   void release_exited(std::uint64_t now_ns);
   // Every process's probes released (not counted: the owner moves on).
   void clear();
+  // The probes of process `pid` on `file` were placed (charged to `tenant`).
+  void placed(std::uint32_t pid, const FileKey& file, const Tenant& tenant);
 
  private:
   struct Process {
     std::uint64_t start = 0;  // process_start_time
-    std::map<FileKey, std::vector<bpf_link*>> links;
+    std::map<FileKey, ProbeSet> links;
+    Tenant tenant = kHostTenant;
   };
   void release(std::map<std::uint32_t, Process>::iterator it);
 
@@ -92,6 +149,7 @@ class ProcessProbes {
   bool full_ = false;
   std::uint64_t* probed_;
   std::uint64_t* released_;
+  ProbeBudget* budget_;
 };
 
 // Where cgroup v2 is mounted (the first cgroup2 line of mountinfo);

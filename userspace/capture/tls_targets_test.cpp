@@ -45,7 +45,7 @@ std::uint32_t self() { return static_cast<std::uint32_t>(getpid()); }
 
 TEST(ProcessProbes, GivesALiveProcessOneSetOfProbesPerFile) {
   std::uint64_t probed = 0, released = 0;
-  ProcessProbes probes(&probed, &released);
+  ProcessProbes probes(&probed, &released, nullptr);
   EXPECT_NE(probes.links_for(self(), {1, 10}), nullptr);
   EXPECT_EQ(probes.links_for(self(), {1, 10}), nullptr) << "already probed there";
   EXPECT_NE(probes.links_for(self(), {1, 11}), nullptr) << "another file of the same process";
@@ -59,7 +59,7 @@ TEST(ProcessProbes, GivesALiveProcessOneSetOfProbesPerFile) {
 
 TEST(ProcessProbes, ReleasesTheProbesOfAProcessThatExited) {
   std::uint64_t probed = 0, released = 0;
-  ProcessProbes probes(&probed, &released);
+  ProcessProbes probes(&probed, &released, nullptr);
   Children child(1);
   ASSERT_EQ(child.pids().size(), 1u) << "fork failed";
   const auto pid = static_cast<std::uint32_t>(child.pids()[0]);
@@ -74,7 +74,7 @@ TEST(ProcessProbes, ReleasesTheProbesOfAProcessThatExited) {
 
 TEST(ProcessProbes, PastTheBoundTellsTheOwnerToProbePerFile) {
   std::uint64_t probed = 0, released = 0;
-  ProcessProbes probes(&probed, &released);
+  ProcessProbes probes(&probed, &released, nullptr);
   Children children(ProcessProbes::kMaxProcesses);
   ASSERT_EQ(children.pids().size(), ProcessProbes::kMaxProcesses) << "fork failed";
   for (pid_t pid : children.pids()) ASSERT_NE(probes.links_for(static_cast<std::uint32_t>(pid), {1, 10}), nullptr);
