@@ -1,0 +1,259 @@
+// A tenant cannot act through the agent's TLS probes: files mapped by real
+// processes running as `nobody`, in cgroups of their own, crafted and swapped
+// the way a hostile tenant would. The agent never writes a breakpoint into a
+// file it did not read, one tenant's fakes do not use up the probes of the
+// others, probes of files no process maps any more are released, and
+// stopping takes a bounded time whatever is attached.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "capture/tls_targets.h"
+#include "support/tls_fixture.h"
+
+namespace infertap {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using testing::Process;
+using testing::read_file;
+using namespace std::chrono_literals;
+
+constexpr const char* kNobody[] = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"};
+
+// A library a tenant builds: it defines SSL_write and SSL_read, so the agent
+// takes it for OpenSSL.
+constexpr const char* kFakeLibssl = R"(
+int SSL_write(void* ssl, const void* buf, int num) { return num > 0 ? num : 0; }
+int SSL_read(void* ssl, void* buf, int num) { (void)buf; return ssl && num > 0 ? 1 : 0; }
+int SSL_do_handshake(void* ssl) { return ssl != 0; }
+)";
+
+class TenantTest : public testing::TlsFixture {
+ protected:
+  TenantTest() : TlsFixture("infertap-tenant") {}
+
+  void SetUp() override {
+    TlsFixture::SetUp();
+    if (HasFatalFailure()) return;
+    fs::permissions(path(""), fs::perms(0755));  // tenants (nobody) reach their files below it
+    tenant_dir_ = path("tenant");
+    fs::create_directories(tenant_dir_);
+    ASSERT_EQ(chown(tenant_dir_.c_str(), 65534, 65534), 0);
+    mapper_ = path("tenant_mapper");
+    ASSERT_EQ(std::system(("cc -O1 -o " + mapper_ + " tests/support/tenant_mapper.c -ldl").c_str()), 0)
+        << "cc is needed to build the tenant's program (scripts/setup.sh installs it)";
+    std::ofstream(path("fake.c")) << kFakeLibssl;
+    fake_ = tenant_file("libssl.so.3");
+    ASSERT_EQ(std::system(("cc -O1 -shared -fPIC -o " + fake_ + " " + path("fake.c")).c_str()), 0);
+  }
+  void TearDown() override {
+    for (auto& p : tenants_) p.stop(2s);
+    tenants_.clear();
+    for (const std::string& c : cgroups_) fs::remove(c);
+    TlsFixture::TearDown();
+  }
+
+  // A file in the tenant's directory, owned by the tenant.
+  std::string tenant_file(const std::string& name) const { return tenant_dir_ + "/" + name; }
+  void give_to_tenant(const std::string& file) const { ASSERT_EQ(chown(file.c_str(), 65534, 65534), 0); }
+
+  // Copies of the fake library, each a file of its own (an inode of its own).
+  std::vector<std::string> fake_copies(int n, const std::string& stem) {
+    std::vector<std::string> out;
+    for (int i = 0; i < n; ++i) {
+      const std::string f = tenant_file(stem + std::to_string(i) + "/libssl.so.3");
+      fs::create_directories(fs::path(f).parent_path());
+      fs::copy_file(fake_, f);
+      out.push_back(f);
+    }
+    return out;
+  }
+
+  // A cgroup of its own: the tenant whose budget the files it maps spend.
+  std::string new_cgroup(const std::string& name) {
+    const std::string cg = capture::cgroup2_mount_point() + "/infertap-tenant-" + std::to_string(getpid()) + "-" + name;
+    EXPECT_TRUE(fs::create_directory(cg)) << "cgroup v2 needed";
+    cgroups_.push_back(cg);
+    return cg;
+  }
+  static void move_to(const std::string& cgroup, int pid) { std::ofstream(cgroup + "/cgroup.procs") << pid << "\n"; }
+
+  // The tenant's program as nobody, in `cgroup` from its first instruction
+  // when one is given; returns once READY exists.
+  Process& run_tenant(std::vector<std::string> args, const std::string& ready, const std::string& log,
+                      const std::string& cgroup = "") {
+    std::vector<std::string> argv(std::begin(kNobody), std::end(kNobody));
+    argv.push_back(mapper_);
+    argv.insert(argv.end(), args.begin(), args.end());
+    if (!cgroup.empty()) {
+      std::string joined;
+      for (const std::string& a : argv) joined += " '" + a + "'";
+      argv = {"/bin/sh", "-c", "echo $$ > " + cgroup + "/cgroup.procs && exec" + joined};
+    }
+    auto p = Process::spawn(argv, path(log));
+    EXPECT_TRUE(p);
+    tenants_.push_back(std::move(*p));
+    EXPECT_TRUE(testing::wait_for_file(ready, 20s)) << read_file(path(log));
+    return tenants_.back();
+  }
+
+  // The agent's counter or gauge NAME, scraped from its /metrics.
+  double metric(const std::string& name) const {
+    const std::string out = path("metrics.txt");
+    const std::string cmd = "curl -s -m 5 http://127.0.0.1:" + std::to_string(metrics_port_) + "/metrics > " + out;
+    if (std::system(cmd.c_str()) != 0) return -1;
+    const std::regex line("^infertap_kernel_" + name + "(_total)? ([0-9.e+]+)$");
+    std::ifstream in(out);
+    std::string l;
+    std::smatch m;
+    while (std::getline(in, l))
+      if (std::regex_match(l, m, line)) return std::stod(m[2]);
+    return -1;
+  }
+  void start_agent_with_metrics() {
+    metrics_port_ = testing::free_port();
+    start_agent_with({"--socket", "", "--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_)});
+  }
+  // Waits for the metric to satisfy `ok`; its last value.
+  template <class Ok>
+  double wait_metric(const std::string& name, Ok ok, std::chrono::seconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    double v = metric(name);
+    while (!ok(v) && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(200ms);
+      v = metric(name);
+    }
+    return v;
+  }
+
+  std::string tenant_dir_, mapper_, fake_;
+  std::vector<Process> tenants_;
+  std::vector<std::string> cgroups_;
+  std::uint16_t metrics_port_ = 0;
+};
+
+// The tenant maps its libssl.so.3 and, at the agent's first open of it, maps
+// a root-owned file over the same addresses. A root process runs that file
+// and checks its code every millisecond: no breakpoint may appear in it.
+TEST_F(TenantTest, AMappingSwappedAtTheAgentsOpenGetsNoProbeInTheOtherFile) {
+  const std::string victim_dir = path("root-owned");
+  fs::create_directories(victim_dir);
+  const std::string victim = victim_dir + "/libvictim.so";
+  // The same code under other names (XSL_write): the same layout, so the
+  // fake's probe offsets fall on its code, but nothing the agent probes.
+  std::ofstream(path("victim.c")) << std::regex_replace(kFakeLibssl, std::regex("SSL_"), "XSL_");
+  ASSERT_EQ(std::system(("cc -O1 -shared -fPIC -o " + victim + " " + path("victim.c")).c_str()), 0);
+  fs::permissions(victim, fs::perms(0755));
+  give_to_tenant(fake_);
+  auto watcher = Process::spawn({mapper_, "victim", victim, "6", path("victim.report")}, path("victim.out"));
+  ASSERT_TRUE(watcher);
+  run_tenant({"swap", fake_, victim, tenant_file("swap.ready")}, tenant_file("swap.ready"), "swap.out");
+
+  start_agent_with_metrics();
+  ASSERT_TRUE(testing::wait_for_text(path("swap.out"), "swapped", 10s)) << "the agent opened the tenant's file";
+  auto st = watcher->wait(20s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_file(path("victim.out"));
+  EXPECT_EQ(read_file(path("victim.report")), "clean\n") << "a breakpoint was written into the root-owned file:\n"
+                                                          << read_file(path("agent.log"));
+  stop_agent_records();
+  const std::string log = read_file(path("agent.log"));
+  const json stats = agent_stats();
+  // Either the agent's descriptor held the tenant's own file (probed: its
+  // note names it), or it already held the replacement (refused, counted).
+  const bool probed_own = log.find("probing TLS in libssl.so.3 as openssl-3 (defines SSL_write and SSL_read (" +
+                                   fake_) != std::string::npos;
+  EXPECT_TRUE(probed_own || kernel_counter(stats, "tls_files_changed") >= 1) << log;
+  EXPECT_EQ(log.find("libvictim.so"), std::string::npos) << "the replacement was never read as a library:\n" << log;
+}
+
+// 1 100 fake libraries held mapped by one tenant spend its own share; a
+// server of another tenant (its own copy of libssl, in a cgroup of its own)
+// started after them still gets probes, and its streams are recorded. The
+// agent's memory and descriptors stay bounded, and it stops in bounded time.
+TEST_F(TenantTest, OneTenantsFakesDoNotBlindAnother) {
+  const std::vector<std::string> fakes = fake_copies(1100, "fake");
+  for (const auto& f : fakes) give_to_tenant(f);
+  std::vector<std::string> args = {"many", tenant_file("many.ready")};
+  args.insert(args.end(), fakes.begin(), fakes.end());
+  run_tenant(args, tenant_file("many.ready"), "many.out", new_cgroup("hostile"));
+
+  start_agent_with_metrics();
+  EXPECT_EQ(metric("uprobe_budget_refusals"), 1100 - 32) << "past its share of 32 files, each refused once";
+  EXPECT_LE(metric("uprobe_files"), 32 + 4) << "its 32, and the host's own libraries";
+
+  // The other tenant: a TLS server on its own copy of libssl.so.3.
+  const std::string own_lib = path("other/libssl.so.3");
+  fs::create_directories(fs::path(own_lib).parent_path());
+  fs::copy_file("/usr/lib/x86_64-linux-gnu/libssl.so.3", own_lib);
+  setenv("LD_LIBRARY_PATH", fs::path(own_lib).parent_path().c_str(), 1);
+  const std::string started = start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "5"});
+  unsetenv("LD_LIBRARY_PATH");
+  ASSERT_EQ(started, "");
+  move_to(new_cgroup("other"), peers_["server"]->pid());
+  std::this_thread::sleep_for(1s);  // its exec's rescans
+  ASSERT_EQ(run_to_end(tls_client("client", port_, {"--tokens", "10", "--requests", "3"}), "client.out"), 0)
+      << read_file(path("client.out"));
+  const std::string agent_pid = std::to_string(agent_->pid());
+  const std::string status = read_file("/proc/" + agent_pid + "/status");
+  const auto fds = std::distance(fs::directory_iterator("/proc/" + agent_pid + "/fd"), fs::directory_iterator());
+  stop_tls_server("server");
+
+  const auto stop_start = std::chrono::steady_clock::now();
+  const auto records = stop_agent_after_joins();
+  const double stop_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stop_start).count() - 1.5;  // less the join wait
+  std::printf("  1100 fakes: agent %zd fds, %s; stopped in %.2f s\n", static_cast<std::ptrdiff_t>(fds),
+              std::regex_replace(status.substr(status.find("VmRSS")), std::regex("\n[\\s\\S]*"), "").c_str(), stop_s);
+  const auto servers = where(records, "role", "server");
+  ASSERT_EQ(servers.size(), 3u) << "the other tenant's streams are recorded:\n" << read_file(path("agent.log"));
+  for (const auto& r : servers) {
+    EXPECT_TRUE(r["tls"].get<bool>()) << r.dump();
+    EXPECT_EQ(r["content_events"], 10) << r.dump();
+  }
+  EXPECT_LT(fds, 600) << "uprobe_multi links: a handful of descriptors per probed file";
+  EXPECT_LT(stop_s, 15.0) << "probes come off in parallel: well within a DaemonSet's 30 s grace";
+  const std::string log = read_file(path("agent.log"));
+  EXPECT_NE(log.find("has 32 files with TLS probes already, its share"), std::string::npos) << "refusals are named";
+}
+
+// One process dlopens 200 copies and exits: their probes are released within
+// seconds (its cgroup's share comes back), not kept for the agent's lifetime.
+TEST_F(TenantTest, ProbesOfFilesNoProcessMapsAnyMoreAreReleased) {
+  const std::vector<std::string> copies = fake_copies(200, "copy");
+  for (const auto& f : copies) give_to_tenant(f);
+  start_agent_with_metrics();
+  const double baseline = metric("uprobe_files");
+  std::vector<std::string> args = {"dlopen", "4", tenant_file("dlopen.ready")};
+  args.insert(args.end(), copies.begin(), copies.end());
+  Process& tenant = run_tenant(args, tenant_file("dlopen.ready"), "dlopen.out", new_cgroup("dlopen"));
+  const double held = wait_metric("uprobe_files", [&](double v) { return v >= baseline + 32; }, 10s);
+  EXPECT_EQ(held, baseline + 32) << "its share of 32 files probed";
+  auto st = tenant.wait(20s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_file(path("dlopen.out"));
+  const auto exited = std::chrono::steady_clock::now();
+  const double after = wait_metric("uprobe_files", [&](double v) { return v == baseline; }, 15s);
+  const double released_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - exited).count();
+  std::printf("  200 copies: %g files probed, released %.1f s after the process exited\n", held - baseline,
+              released_s);
+  EXPECT_EQ(after, baseline) << "released once no process maps them:\n" << read_file(path("agent.log"));
+  EXPECT_EQ(metric("uprobe_handles") >= 0, true);
+  stop_agent_records();
+  EXPECT_GE(kernel_counter(agent_stats(), "tls_libraries_released"), 32u);
+}
+
+}  // namespace
+}  // namespace infertap
