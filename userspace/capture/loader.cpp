@@ -619,9 +619,13 @@ void start_tls(const CaptureConfig& config, const ProgramChoice& choice, Capture
                              p.itap_dlopen_exit,          p.itap_ssl_handshake_enter, p.itap_ssl_handshake_exit};
   const TlsTargets targets(config.pids, config.cgroup_ids,
                            config.ignore_self ? static_cast<std::uint32_t>(getpid()) : 0);
+  ProbeBudget::Limits limits = config.probe_budget;
+  // Perf-event uprobes come off one grace period at a time (~77 ms each,
+  // serialised in the kernel): 256 is ~20 s of stopping, within a 30 s grace.
+  if (choice.uprobes == UprobeMode::single) limits.handles_total = std::min<std::size_t>(limits.handles_total, 256);
   impl.tls = std::make_unique<TlsWorker>(
       programs, GoTlsPrograms{p.itap_go_tls_write_enter, p.itap_go_tls_read_enter, p.itap_go_tls_return}, targets,
-      Uprobes(choice.uprobes), config.probe_budget);
+      Uprobes(choice.uprobes), limits);
   for (LoadNote& n : impl.tls->take_notes()) impl.notes.push_back(std::move(n));
 }
 

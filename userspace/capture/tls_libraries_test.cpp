@@ -127,6 +127,24 @@ TEST(TlsLibraries, WithoutMapFilesAMappingIsReadThroughTheProcessRoot) {
   EXPECT_EQ(scan.libraries.library_name(1), "openssl-3");
 }
 
+// The mapping names one file and its map_files entry opens another (a tenant
+// replaced the mapping after the agent read the maps line): refused, counted,
+// not read.
+TEST(TlsLibraries, AMappingThatOpensAnotherFileIsRefusedNotRead) {
+  const std::string libssl = host_libssl();
+  ASSERT_FALSE(libssl.empty()) << "no libssl.so.3 on this machine: run scripts/setup.sh (libssl3)";
+  FakeProc proc;
+  proc.map(0x7f0000000000, "/tenant/libssl.so.3", makedev(0, 42), 4444, libssl);  // opens the host's libssl
+  const Scan scan(proc);
+  EXPECT_EQ(scan.libraries.stats().tls_files_changed, 1u);
+  EXPECT_EQ(scan.libraries.library_name(1), "") << "nothing read";
+  bool named = false;
+  for (const LoadNote& n : scan.notes)
+    named = named || (n.what.find("mapped file /tenant/libssl.so.3 of process") == 0 &&
+                      n.why.find("opened another file than the mapping names") != std::string::npos);
+  EXPECT_TRUE(named) << "a note names the mapping and why";
+}
+
 // A deleted file's path names its replacement, or nothing: only map_files
 // holds the very file mapped.
 TEST(TlsLibraries, ADeletedMappingWithoutMapFilesIsNotReadThroughTheRoot) {

@@ -90,27 +90,27 @@ std::string ProbeBudget::admit(const Tenant& tenant, std::size_t sites, std::siz
   return why;
 }
 
-void ProbeBudget::charge(const Tenant& tenant, const ProbeSet& set) {
-  if (set.empty()) return;
+void ProbeBudget::charge(const Tenant& tenant, std::size_t sites, std::size_t handles) {
+  if (!handles) return;
   Use& use = tenants_[tenant];
   ++use.files;
-  use.sites += set.sites();
+  use.sites += sites;
   ++files_;
-  sites_ += set.sites();
-  handles_ += set.handles();
+  sites_ += sites;
+  handles_ += handles;
 }
 
-void ProbeBudget::refund(const Tenant& tenant, const ProbeSet& set) {
-  if (set.empty()) return;
+void ProbeBudget::refund(const Tenant& tenant, std::size_t sites, std::size_t handles) {
+  if (!handles) return;
   auto it = tenants_.find(tenant);
   if (it != tenants_.end()) {
     it->second.files -= std::min<std::size_t>(it->second.files, 1);
-    it->second.sites -= std::min(it->second.sites, set.sites());
+    it->second.sites -= std::min(it->second.sites, sites);
     if (!it->second.files) tenants_.erase(it);
   }
   files_ -= std::min<std::size_t>(files_, 1);
-  sites_ -= std::min(sites_, set.sites());
-  handles_ -= std::min(handles_, set.handles());
+  sites_ -= std::min(sites_, sites);
+  handles_ -= std::min(handles_, handles);
 }
 
 UprobeBudgetStats ProbeBudget::stats() const {
@@ -118,8 +118,7 @@ UprobeBudgetStats ProbeBudget::stats() const {
   s.uprobe_sites = sites_;
   s.uprobe_handles = handles_;
   s.uprobe_files = files_;
-  s.uprobe_tenants = static_cast<std::uint64_t>(
-      std::count_if(tenants_.begin(), tenants_.end(), [](const auto& t) { return t.second.files > 0; }));
+  s.uprobe_tenants = tenants_.size();
   s.uprobe_budget_refusals = refusals_;
   return s;
 }

@@ -92,8 +92,10 @@ class ProbeBudget {
   // "" when one more file (or process) with these probes fits `tenant`'s
   // share; else which budget it would exceed (counted as a refusal).
   std::string admit(const Tenant& tenant, std::size_t sites, std::size_t handles);
-  void charge(const Tenant& tenant, const ProbeSet& set);
-  void refund(const Tenant& tenant, const ProbeSet& set);
+  void charge(const Tenant& tenant, const ProbeSet& set) { charge(tenant, set.sites(), set.handles()); }
+  void refund(const Tenant& tenant, const ProbeSet& set) { refund(tenant, set.sites(), set.handles()); }
+  void charge(const Tenant& tenant, std::size_t sites, std::size_t handles);
+  void refund(const Tenant& tenant, std::size_t sites, std::size_t handles);
   UprobeBudgetStats stats() const;
 
  private:

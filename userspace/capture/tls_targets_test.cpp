@@ -2,6 +2,7 @@
 // children that wait): one set per process and file, released once the
 // process exits, and the bound past which the owner goes per file.
 #include "capture/tls_targets.h"
+#include "capture/library_names.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -85,6 +86,53 @@ TEST(ProcessProbes, PastTheBoundTellsTheOwnerToProbePerFile) {
   probes.clear();
   EXPECT_FALSE(probes.full());
   EXPECT_NE(probes.links_for(self(), {1, 10}), nullptr) << "room again once cleared";
+}
+
+TEST(ProbeBudget, OneTenantsFilesSpendItsOwnShareNotTheOthers) {
+  ProbeBudget budget({.sites_per_file = 20, .files_per_tenant = 2, .sites_per_tenant = 100, .handles_total = 50});
+  EXPECT_EQ(budget.admit("/a", 6, 5), "");
+  budget.charge("/a", 6, 5);
+  EXPECT_EQ(budget.admit("/a", 6, 5), "");
+  budget.charge("/a", 6, 5);
+  const std::string refused = budget.admit("/a", 6, 5);
+  EXPECT_NE(refused.find("its cgroup /a has 2 files with TLS probes already"), std::string::npos) << refused;
+  EXPECT_EQ(budget.admit("/b", 6, 5), "") << "another tenant is not refused";
+  EXPECT_EQ(budget.admit(kHostTenant, 6, 5), "") << "the host's libraries are outside any share";
+  EXPECT_NE(budget.admit("/b", 21, 5).find("21 uprobes on one file: more than 20"), std::string::npos);
+  const UprobeBudgetStats s = budget.stats();
+  EXPECT_EQ(s.uprobe_files, 2u);
+  EXPECT_EQ(s.uprobe_sites, 12u);
+  EXPECT_EQ(s.uprobe_handles, 10u);
+  EXPECT_EQ(s.uprobe_tenants, 1u);
+  EXPECT_EQ(s.uprobe_budget_refusals, 2u);
+  budget.refund("/a", 6, 5);
+  EXPECT_EQ(budget.admit("/a", 6, 5), "") << "a released file gives its share back";
+}
+
+TEST(ProbeBudget, TheTotalOfKernelHandlesBoundsEveryTenant) {
+  ProbeBudget budget({.sites_per_file = 20, .files_per_tenant = 100, .sites_per_tenant = 1000, .handles_total = 12});
+  for (const char* t : {"/a", "/b"}) {
+    ASSERT_EQ(budget.admit(t, 6, 5), "");
+    budget.charge(t, 6, 5);
+  }
+  const std::string refused = budget.admit("/c", 6, 5);
+  EXPECT_NE(refused.find("10 uprobe handles placed already; 5 more pass the agent's total of 12"), std::string::npos)
+      << refused;
+  EXPECT_NE(budget.admit(kHostTenant, 6, 5), "") << "the total holds for the host too";
+}
+
+TEST(LibraryNames, OneIdPerNameAndTheOverflowNamePastTheBound) {
+  LibraryNames names(1, 3, "openssl");
+  const std::uint16_t ssl3 = names.id_for("openssl-3");
+  EXPECT_EQ(names.id_for("openssl-3"), ssl3) << "every libssl.so.3 shares one id";
+  const std::uint16_t ssl11 = names.id_for("openssl-1.1");
+  EXPECT_NE(ssl11, ssl3);
+  const std::uint16_t over = names.id_for("static:fake1");
+  EXPECT_EQ(names.name(over), "openssl") << "past the bound, the overflow name";
+  EXPECT_EQ(names.id_for("static:fake2"), over) << "and every name after it shares its id";
+  EXPECT_EQ(names.name(ssl3), "openssl-3");
+  EXPECT_EQ(names.name(0), "");
+  EXPECT_EQ(names.name(99), "");
 }
 
 }  // namespace
