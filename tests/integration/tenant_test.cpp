@@ -255,5 +255,87 @@ TEST_F(TenantTest, ProbesOfFilesNoProcessMapsAnyMoreAreReleased) {
   EXPECT_GE(kernel_counter(agent_stats(), "tls_libraries_released"), 32u);
 }
 
+
+// Files crafted against the reader, held mapped by a tenant (a sparse 12 KB
+// file claiming 10 M sections, a sparse 4 GiB .symtab, a 16 MiB .strtab
+// without NUL, a zlib .strtab inflating to 1 GiB, SSL_write into the middle
+// of an instruction, a library truncated while the agent reads it) and a
+// Go-looking executable with 5 000 RET instructions in each crypto/tls
+// function, running: each is refused and named, the agent stays small and
+// quick, another tenant's TLS server is recorded meanwhile, and the agent
+// stops in bounded time.
+TEST_F(TenantTest, CraftedFilesAreRefusedWhileOtherStreamsAreRecorded) {
+  std::vector<std::string> args = {"many", tenant_file("bombs.ready")};
+  for (const std::string kind : {"sections", "symtab", "strtab", "zlib", "midinsn"}) {
+    const std::string f = tenant_file(kind + "/libssl.so.3");
+    fs::create_directories(fs::path(f).parent_path());
+    ASSERT_EQ(std::system(("python3 tests/support/elf_bombs.py " + kind + " " + f).c_str()), 0) << kind;
+    give_to_tenant(f);
+    args.push_back(f);
+  }
+  const std::string cgroup = new_cgroup("bombs");
+  run_tenant(args, tenant_file("bombs.ready"), "bombs.out", cgroup);
+  const std::string goret = tenant_file("goret");
+  ASSERT_EQ(std::system(("python3 tests/support/elf_bombs.py goret " + goret).c_str()), 0);
+  fs::permissions(goret, fs::perms(0755));
+  give_to_tenant(goret);
+  std::vector<std::string> go_argv(std::begin(kNobody), std::end(kNobody));
+  go_argv.push_back(goret);
+  auto go = Process::spawn({"/bin/sh", "-c", "echo $$ > " + cgroup + "/cgroup.procs && exec" + [&] {
+                              std::string j;
+                              for (const auto& a : go_argv) j += " '" + a + "'";
+                              return j;
+                            }()},
+                           path("goret.out"));
+  ASSERT_TRUE(go);
+  tenants_.push_back(std::move(*go));
+  // A library truncated by its tenant at the agent's first open of it.
+  const std::string shrinking = tenant_file("truncated/libssl.so.3");
+  fs::create_directories(fs::path(shrinking).parent_path());
+  ASSERT_EQ(std::system(("python3 tests/support/elf_bombs.py strtab " + shrinking).c_str()), 0);
+  give_to_tenant(shrinking);
+  run_tenant({"truncate", shrinking, tenant_file("truncate.ready")}, tenant_file("truncate.ready"), "truncate.out",
+             cgroup);
+
+  const auto started = std::chrono::steady_clock::now();
+  start_agent_with_metrics();
+  const double start_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const std::string own_lib = path("other/libssl.so.3");
+  fs::create_directories(fs::path(own_lib).parent_path());
+  fs::copy_file("/usr/lib/x86_64-linux-gnu/libssl.so.3", own_lib);
+  setenv("LD_LIBRARY_PATH", fs::path(own_lib).parent_path().c_str(), 1);
+  const std::string listening = start_tls_server("server", {"--ttft-ms", "10", "--itl-ms", "5"});
+  unsetenv("LD_LIBRARY_PATH");
+  ASSERT_EQ(listening, "");
+  std::this_thread::sleep_for(1s);
+  ASSERT_EQ(run_to_end(tls_client("client", port_, {"--tokens", "10", "--requests", "3"}), "client.out"), 0)
+      << read_file(path("client.out"));
+  const std::string agent_pid = std::to_string(agent_->pid());
+  const std::string status = read_file("/proc/" + agent_pid + "/status");
+  const std::size_t hwm_at = status.find("VmHWM:");
+  const long peak_kb = hwm_at == std::string::npos ? -1 : std::stol(status.substr(hwm_at + 6));
+  stop_tls_server("server");
+  const auto stopping = std::chrono::steady_clock::now();
+  const auto records = stop_agent_records();
+  const double stop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopping).count();
+  std::printf("  crafted files: agent ready in %.2f s, peak RSS %ld kB, stopped in %.2f s\n", start_s, peak_kb, stop_s);
+
+  const std::string log = read_file(path("agent.log"));
+  EXPECT_LT(peak_kb, 200 * 1024) << "no bomb grows the agent:\n" << log;
+  EXPECT_LT(start_s, 15.0) << "no file holds the first scan for long";
+  EXPECT_LT(stop_s, 10.0);
+  const auto servers = where(records, "role", "server");
+  EXPECT_EQ(servers.size(), 3u) << "the other tenant's streams are recorded:\n" << log;
+  for (const std::string kind : {"sections", "symtab", "strtab", "zlib"})
+    EXPECT_NE(log.find(tenant_file(kind + "/libssl.so.3")), std::string::npos) << kind << " is named:\n" << log;
+  EXPECT_NE(log.find("SSL_write"), std::string::npos) << "the mid-instruction symbol is refused by name";
+  EXPECT_EQ(log.find("probing TLS in libssl.so.3 as openssl-3 (defines SSL_write and SSL_read (" +
+                     tenant_file("midinsn")),
+            std::string::npos)
+      << "no probe in the middle of an instruction:\n" << log;
+  EXPECT_NE(log.find("Go TLS of " + goret), std::string::npos) << "the RET-heavy executable is named:\n" << log;
+  EXPECT_EQ(kernel_counter(agent_stats(), "go_tls_binaries_attached"), 0u);
+}
+
 }  // namespace
 }  // namespace infertap

@@ -3,6 +3,8 @@
  *
  *   tenant_mapper swap LIB REPLACEMENT READY   map LIB executable; at the first
  *       open of LIB by anyone else, map REPLACEMENT over it (MAP_FIXED); wait
+ *   tenant_mapper truncate LIB READY           map LIB executable; at the first
+ *       open of LIB by anyone else, truncate it to nothing; wait
  *   tenant_mapper many READY LIB...            map each LIB executable; wait
  *   tenant_mapper dlopen SECONDS READY LIB...  dlopen each LIB, wait SECONDS, exit
  *   tenant_mapper victim FILE SECONDS REPORT   map FILE executable, compare it
@@ -53,6 +55,22 @@ static int swap(const char* lib, const char* replacement, const char* ready_file
   for (;;) pause();
 }
 
+static int truncate_at_open(const char* lib, const char* ready_file) {
+  size_t len;
+  map_exec(lib, NULL, &len);
+  int in = inotify_init1(IN_CLOEXEC);
+  if (in < 0 || inotify_add_watch(in, lib, IN_OPEN) < 0) { perror("inotify"); return 2; }
+  ready(ready_file);
+  char buf[4096];
+  if (read(in, buf, sizeof buf) <= 0) { perror("read"); return 2; }
+  struct timespec soon = {0, 200000};
+  nanosleep(&soon, NULL);  /* the agent is reading it by now */
+  if (truncate(lib, 0) != 0) { perror("truncate"); return 2; }
+  printf("truncated\n");
+  fflush(stdout);
+  for (;;) pause();
+}
+
 static int many(const char* ready_file, int n, char** libs) {
   for (int i = 0; i < n; ++i) {
     size_t len;
@@ -97,6 +115,7 @@ static int victim(const char* file, int seconds, const char* report) {
 
 int main(int argc, char** argv) {
   if (argc >= 5 && !strcmp(argv[1], "swap")) return swap(argv[2], argv[3], argv[4]);
+  if (argc >= 4 && !strcmp(argv[1], "truncate")) return truncate_at_open(argv[2], argv[3]);
   if (argc >= 4 && !strcmp(argv[1], "many")) return many(argv[2], argc - 3, argv + 3);
   if (argc >= 5 && !strcmp(argv[1], "dlopen")) return dlopen_all(atoi(argv[2]), argv[3], argc - 4, argv + 4);
   if (argc >= 5 && !strcmp(argv[1], "victim")) return victim(argv[2], atoi(argv[3]), argv[4]);
