@@ -225,6 +225,9 @@ TEST_F(TenantTest, OneTenantsFakesDoNotBlindAnother) {
     EXPECT_EQ(r["content_events"], 10) << r.dump();
   }
   EXPECT_LT(fds, 600) << "uprobe_multi links: a handful of descriptors per probed file";
+  const std::size_t rss_at = status.find("VmHWM:");
+  ASSERT_NE(rss_at, std::string::npos);
+  EXPECT_LT(std::stol(status.substr(rss_at + 6)), 200 * 1024) << "peak RSS in kB, with 1 100 files inspected";
   EXPECT_LT(stop_s, 15.0) << "probes come off in parallel: well within a DaemonSet's 30 s grace";
   const std::string log = read_file(path("agent.log"));
   EXPECT_NE(log.find("has 32 files with TLS probes already, its share"), std::string::npos) << "refusals are named";
