@@ -10,6 +10,7 @@
 
 #include "core/pipeline.h"
 #include "core/stream/assembler.h"
+#include "output/ndjson.h"
 #include "support/event_builder.h"
 
 namespace infertap::core {
@@ -111,6 +112,13 @@ TEST(StreamBounds, ALongStreamKeepsExactAggregatesAndSaysItsTimelineWasCut) {
   // The four 500 ms stalls and the 6 s one; not the gap over the lost events.
   EXPECT_EQ(m.stalls.size(), 5u);
   EXPECT_TRUE(cut.tail.gaps.empty()) << "a finished record gives its tail's times back";
+  const std::string line = output::render_stream(cut, output::WallClock(0), {});
+  EXPECT_NE(line.find(R"("timeline_truncated":true)"), std::string::npos) << line;
+  EXPECT_NE(line.find(R"("timeline_events":32768)"), std::string::npos) << line;
+  EXPECT_NE(line.find(R"("itl_truncated":false)"), std::string::npos) << line;
+  EXPECT_NE(line.find(R"("events":200000)"), std::string::npos) << line;
+  EXPECT_NE(output::render_stream(all, output::WallClock(0), {}).find(R"("timeline_truncated":false)"),
+            std::string::npos);
 
   // Held while in flight: the timeline at its bound plus 4 bytes per token.
   const std::size_t timeline_bytes = bound * sizeof(TimelineEvent);
