@@ -101,6 +101,7 @@ pipeline:
   request_body_head_bytes: 8KiB
 limits:
   max_connections: 1000
+  max_live_stream_bytes: 32MiB
   max_streams_in_memory: 10
   sink_queue_lines: 128
   sink_queue_bytes: 1MiB
@@ -136,6 +137,7 @@ metrics:
   EXPECT_EQ(c.pipeline.stream_idle_timeout_ns, 30'000'000'000u);
   EXPECT_EQ(c.pipeline.conn_idle_timeout_ns, 500'000'000u);
   EXPECT_EQ(c.pipeline.max_timeline_events, 5000u);
+  EXPECT_EQ(c.pipeline.max_live_stream_bytes, 32u << 20);
   EXPECT_EQ(c.pipeline.request_body_head, 8192u);
   EXPECT_EQ(c.pipeline.max_connections, 1000u);
   EXPECT_EQ(c.limits.max_streams_in_memory, 10u);
@@ -303,6 +305,34 @@ TEST(DaemonConfig, LoadConfigPrefixesErrorsWithThePath) {
   const auto c = load_config(path, &error);
   ASSERT_TRUE(c) << error;
   EXPECT_EQ(c->capture.head_bytes, 64u);
+}
+
+// A file over the bound is refused before it is read: at start configure()
+// fails with the message (infertapd exits with it), and on SIGHUP the same
+// call fails, so the reload keeps the configuration it runs with.
+TEST(DaemonConfig, AFileOverTheSizeBoundIsRefusedBeforeParsing) {
+  TempDir dir;
+  const std::string path = dir.path() + "/config.yaml";
+  std::ofstream(path) << "stall:\n  floor_ms: 250\n";
+  std::string error;
+  const auto running = configure(path, CommandLine{}, &error);
+  ASSERT_TRUE(running) << error;
+
+  ASSERT_EQ(::truncate(path.c_str(), 100ll << 20), 0);  // sparse: 100 MB of NULs
+  EXPECT_FALSE(load_config(path, &error));
+  EXPECT_EQ(error, path + ": 104857600 bytes or more, over the 1048576-byte bound of a configuration file: not read");
+  error.clear();
+  EXPECT_FALSE(configure(path, CommandLine{}, &error));
+  EXPECT_NE(error.find("over the 1048576-byte bound"), std::string::npos) << error;
+  EXPECT_EQ(running->pipeline.stall_floor_ns, 250'000'000u) << "the running configuration is untouched";
+
+  // One byte over refuses; at the bound the file is parsed (comments here).
+  std::string text(kMaxConfigBytes, '#');
+  text.back() = '\n';
+  std::ofstream(path, std::ios::trunc) << text;
+  EXPECT_TRUE(load_config(path, &error)) << error;
+  std::ofstream(path, std::ios::app) << "#";
+  EXPECT_FALSE(load_config(path, &error));
 }
 
 TEST(DaemonConfig, NodeNameFallsBackToTheEnvironmentThenTheHostName) {

@@ -21,6 +21,9 @@
   X(streams_started, total, "event-stream responses that began")                                          \
   X(streams_completed, total, "streams whose response ended whole")                                       \
   X(streams_partial, total, "streams that ended before their response did")                               \
+  X(streams_evicted_memory, total, "streams ended early: the streams in flight held more than limits.max_live_stream_bytes") \
+  X(live_stream_bytes, level, "bytes the streams in flight hold now (estimate; limits.max_live_stream_bytes bounds it)") \
+  X(timelines_truncated, total, "records whose timeline stopped at pipeline.max_timeline_events (aggregates stay exact)") \
   X(non_stream_responses, total, "HTTP responses that were not event streams")                            \
   X(sse_events, total, "SSE events of streams")                                                            \
   X(bytes_lost, total, "bytes of sequence gaps: events dropped before userspace")                          \

@@ -19,6 +19,32 @@ StreamMetrics metrics_of(const std::vector<TimestampNs>& token_times, TimestampN
                          TimestampNs last_event_ns, std::uint64_t tokens, const PipelineConfig& config,
                          const std::vector<bool>& gap_observed = {});
 
+// Whether the events between two content events covered every byte: events
+// lost between calls leave a break in body offsets (a hole inside one call
+// does not: its events keep that call's time). Fed every event in order.
+class ContentGapWatch {
+ public:
+  // Returns, for a content event after another, whether the gap ending at it
+  // was observed; false for any other event.
+  bool step(std::uint64_t offset, std::uint32_t wire_bytes, bool content) {
+    if (seen_ && offset > prev_end_) whole_ = false;
+    seen_ = true;
+    prev_end_ = offset + wire_bytes;
+    if (!content) return false;
+    const bool observed = contents_ > 0 && whole_;
+    ++contents_;
+    whole_ = true;
+    return observed;
+  }
+  std::uint32_t contents() const { return contents_; }
+
+ private:
+  std::uint64_t prev_end_ = 0;
+  std::uint32_t contents_ = 0;
+  bool seen_ = false;
+  bool whole_ = true;
+};
+
 // For each pair of consecutive content events of the timeline: do the events
 // between them cover every byte (none lost between syscalls)?
 std::vector<bool> content_gaps_observed(const std::vector<TimelineEvent>& timeline);

@@ -136,6 +136,7 @@ void Pipeline::on_event(const capture::IoEvent& event) {
   }
   take(*conn, decision);
   join_finished(*conn);
+  if (counters_.live_stream_bytes > config_.max_live_stream_bytes) enforce_stream_budget(event.h().ts_ns);
   if ((event.h().flags & ITAP_F_EOF) && conn->identity().transport == Transport::unix_stream &&
       unix_peer_shut_down(*conn, event.h().ts_ns)) {
     finish_unix_connection(event.h().sock_id, conn->identity().inode, event.h().ts_ns);
@@ -336,6 +337,38 @@ void Pipeline::evict_oldest(TimestampNs now) {
     // (joined mid-stream), a table full of live sockets would evict and
     // re-admit in a loop, one partial record per turn.
     stop_following(by_age[i].second, inode);
+  }
+}
+
+// The streams in flight hold more than their budget: the largest (the
+// oldest of equals) end now, each with its record (end evicted_memory),
+// until they hold 7/8 of it, so that the next events do not evict again.
+void Pipeline::enforce_stream_budget(TimestampNs now) {
+  struct Held {
+    std::size_t bytes;
+    TimestampNs start;
+    std::uint64_t sock;
+    std::uint32_t h2_stream;
+    std::uint64_t seq;
+  };
+  std::vector<Held> held;
+  for (const auto& [sock, conn] : connections_) {
+    conn->for_each_active_stream([&](const StreamRecord& r) {
+      held.push_back({held_bytes(r), r.response_head_ns, sock, r.h2_stream_id, r.stream_seq});
+    });
+  }
+  std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.start < b.start;
+  });
+  const std::size_t target = config_.max_live_stream_bytes - config_.max_live_stream_bytes / 8;
+  for (const Held& h : held) {
+    if (counters_.live_stream_bytes <= target) break;
+    Connection& conn = *connections_.at(h.sock);
+    conn.end_streams(now, StreamEnd::evicted_memory, [&](const StreamRecord& r) {
+      return r.h2_stream_id == h.h2_stream && r.stream_seq == h.seq;
+    });
+    ++counters_.streams_evicted_memory;
+    join_finished(conn);
   }
 }
 

@@ -124,6 +124,7 @@ class Pipeline {
   void release(std::vector<StreamRecord>&& records);
   void close_connection(std::uint64_t sock_id, TimestampNs now, StreamEnd reason);
   void evict_oldest(TimestampNs now);
+  void enforce_stream_budget(TimestampNs now);
   // Mute in the kernel, drop its events already queued (inode: MuteSocket).
   void stop_following(std::uint64_t sock_id, std::uint32_t inode);
   std::string cgroup_path(std::uint32_t pid);

@@ -39,6 +39,23 @@ std::string_view to_string(GatewayLeg::Side s) {
   return s == GatewayLeg::Side::upstream ? "upstream" : "downstream";
 }
 
+std::size_t TimelineTail::held_bytes() const {
+  return gaps.capacity() * sizeof(gaps[0]) + long_gaps.capacity() * sizeof(long_gaps[0]) +
+         unobserved.capacity() * sizeof(unobserved[0]);
+}
+
+// Capacities, not sizes: what the allocator handed out. Strings of the
+// request and response (bounded, small) count by their own capacity.
+std::size_t held_bytes(const StreamRecord& r) {
+  const TcpContext& t = r.tcp;
+  return sizeof(StreamRecord) + r.timeline.capacity() * sizeof(TimelineEvent) + r.tail.held_bytes() +
+         r.body_holes.capacity() * sizeof(BodyHole) + r.path_times.capacity() * sizeof(PathTimes) +
+         (t.eagain_ns.capacity() + t.retransmit_ns.capacity()) * sizeof(TimestampNs) +
+         (t.send_buffer_full_at.capacity() + t.zero_window.capacity()) * 16 + r.method.capacity() +
+         r.path.capacity() + r.model.capacity() + r.request_model.capacity() + r.content_type.capacity() +
+         r.response_id.capacity() + r.finish_reason.capacity() + r.error_type.capacity();
+}
+
 std::string_view to_string(StreamEnd e) {
   switch (e) {
     case StreamEnd::complete: return "complete";
@@ -49,6 +66,7 @@ std::string_view to_string(StreamEnd e) {
     case StreamEnd::protocol_error: return "protocol_error";
     case StreamEnd::stream_reset: return "stream_reset";
     case StreamEnd::goaway: return "goaway";
+    case StreamEnd::evicted_memory: return "evicted_memory";
   }
   return "unknown";
 }

@@ -83,6 +83,7 @@ enum class StreamEnd : std::uint8_t {
   protocol_error,     // framing lost and could not be recovered
   stream_reset,       // HTTP/2: RST_STREAM ended the stream
   goaway,             // HTTP/2: GOAWAY left the stream unprocessed
+  evicted_memory,     // streams in flight held more than limits.max_live_stream_bytes: the largest ended early
 };
 std::string_view to_string(StreamEnd e);
 
@@ -135,6 +136,30 @@ struct BodyHole {
 // Holes kept per record (the first ones): bounds memory on a stream of many
 // large calls; an event in a later hole is not placed by position.
 inline constexpr std::size_t kMaxBodyHoles = 64;
+
+// A stream's events past its timeline bound (PipelineConfig::max_timeline_events):
+// only what exact aggregates need, 4 bytes per content event instead of a
+// TimelineEvent (96 bytes) per event. Filled by the assembler, read by
+// compute_metrics; never output event by event.
+struct TimelineTail {
+  static constexpr std::uint32_t kLongGap = 0xffff'ffff;  // the gap is the next entry of long_gaps
+  // Content event gaps kept past the timeline (16 MiB): past it the ITL
+  // percentiles cover the gaps kept, and the record says itl_truncated.
+  static constexpr std::size_t kMaxTailGaps = std::size_t{4} << 20;
+  std::uint32_t events = 0;          // events past the timeline, every kind
+  std::uint32_t content_events = 0;  // of which content events
+  TimestampNs first_token_ns = 0;    // the tail's first content event
+  TimestampNs last_token_ns = 0;     // its last
+  // ns from each tail content event to the next (kLongGap: >= 4.29 s, in long_gaps).
+  std::vector<std::uint32_t> gaps;
+  std::vector<std::uint64_t> long_gaps;
+  // Content gaps of the whole record (timeline and tail) that span bytes lost
+  // between calls, by index, when the gap ends in the tail: not judged stalls.
+  std::vector<std::uint32_t> unobserved;
+  std::uint64_t max_gap_ns = 0;  // the longest gap ending in the tail, kept or not
+  // Heap bytes this tail holds (its vectors' capacity).
+  std::size_t held_bytes() const;
+};
 
 // Where a stall came from. `none` until diagnosed.
 enum class StallCause : std::uint8_t { none, model, gateway_buffering, backpressure, network, client_read };
@@ -194,6 +219,9 @@ struct StreamMetrics {
   std::optional<double> tokens_per_s;  // streaming token rate (after the first token)
   std::optional<std::uint64_t> itl_p50_ns, itl_p95_ns, itl_p99_ns, itl_max_ns;
   std::optional<std::uint64_t> longest_pause_ns;  // == itl_max_ns (named for readers)
+  // ITL percentiles and stalls cover the first kMaxTailGaps content events past
+  // the timeline only (counts, rate, e2e and the longest pause stay exact).
+  bool itl_truncated = false;
   std::vector<Stall> stalls;
   std::uint64_t stall_threshold_ns = 0;
 };
@@ -285,7 +313,8 @@ struct StreamRecord {
   std::uint32_t parse_errors = 0;
   std::uint64_t body_bytes = 0;
   StreamMetrics metrics;
-  std::vector<TimelineEvent> timeline;  // always kept; rendered only on request
+  std::vector<TimelineEvent> timeline;  // the first max_timeline_events events; rendered only on request
+  TimelineTail tail;                    // the events past them (timeline_truncated when any)
   std::vector<BodyHole> body_holes;     // in body order, at most kMaxBodyHoles; never output
   std::vector<PathTimes> path_times;    // parallel to timeline; empty when nothing past this socket was seen
   TcpContext tcp;
@@ -296,6 +325,10 @@ struct StreamRecord {
   std::shared_ptr<const Delivery> delivery;  // server/gateway records: the client-observed view
   std::shared_ptr<const GatewayLeg> gateway;
 };
+
+// Bytes a record holds (itself, its timeline, tail and evidence): the
+// estimate the live-stream budget (PipelineConfig::max_live_stream_bytes) counts.
+std::size_t held_bytes(const StreamRecord& r);
 
 // "<connection generation>-<response index>": unique per agent run.
 std::string stream_id(const StreamRecord& r);
@@ -323,7 +356,13 @@ struct PipelineConfig {
   std::uint64_t stream_idle_timeout_ns = 120'000'000'000ull;
   std::uint64_t conn_idle_timeout_ns = 600'000'000'000ull;
   std::size_t max_connections = 65536;
-  std::size_t max_timeline_events = 100'000;  // per stream: bounds memory
+  // Per stream, the events kept whole (TimelineEvent, ~96 bytes each): long
+  // reasoning streams reach ~30 000 events, so 32768 keeps real streams whole
+  // (3 MiB); later events keep 4 bytes each (TimelineTail).
+  std::size_t max_timeline_events = 32'768;
+  // Every stream in flight together (held_bytes): past it the largest end
+  // early as evicted_memory. 256 MiB: half the DaemonSet's 512 MiB limit.
+  std::size_t max_live_stream_bytes = std::size_t{256} << 20;
   std::size_t request_body_head = 4096;       // bytes of request body read for model/stream
   // How long a finished record waits for the other records of its path (the
   // traced peer of its connection, a gateway's other leg, late ACKs).

@@ -370,6 +370,7 @@ std::vector<Option> make_options() {
       option("pipeline.max_timeline_events", integer(FIELD(pipeline.max_timeline_events), 1, 10'000'000)),
       option("pipeline.request_body_head_bytes", size(FIELD(pipeline.request_body_head), 0, 1ull << 20)),
       option("limits.max_connections", integer(FIELD(pipeline.max_connections), 1, 16'777'216)),
+      option("limits.max_live_stream_bytes", size(FIELD(pipeline.max_live_stream_bytes), 16ull << 20, 64ull << 30)),
       option("limits.max_streams_in_memory", integer(FIELD(limits.max_streams_in_memory), 0, 1'000'000)),
       option("limits.sink_queue_lines", integer(FIELD(limits.sink_queue_lines), 1, 16'777'216)),
       option("limits.sink_queue_bytes", size(FIELD(limits.sink_queue_bytes), 64ull << 10, 16ull << 30)),
@@ -541,8 +542,41 @@ std::optional<DaemonConfig> configure(const std::string& path, const CommandLine
   return config;
 }
 
+namespace {
+
+// The file's text, refused before parsing when longer than kMaxConfigBytes
+// (its size, then what a read gives: a file that grows meanwhile is not read
+// past the bound).
+std::optional<std::string> read_bounded_config(const std::string& path, std::string* error) {
+  const auto too_large = [&](std::uint64_t size) {
+    if (error)
+      *error = path + ": " + std::to_string(size) + " bytes or more, over the " + std::to_string(kMaxConfigBytes) +
+               "-byte bound of a configuration file: not read";
+    return std::nullopt;
+  };
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (error) *error = path + ": cannot open: " + std::strerror(errno);
+    return std::nullopt;
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) > kMaxConfigBytes)
+    return too_large(static_cast<std::uint64_t>(st.st_size));
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) {
+    if (error) *error = path + ": read failed: " + std::strerror(errno);
+    return std::nullopt;
+  }
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxConfigBytes) return too_large(text.size());
+  return text;
+}
+
+}  // namespace
+
 std::optional<DaemonConfig> load_config(const std::string& path, std::string* error) {
-  const auto text = base::read_config_file(path, error);
+  const auto text = read_bounded_config(path, error);
   if (!text) return std::nullopt;
   std::string inner;
   auto config = parse_config(*text, &inner);

@@ -329,6 +329,9 @@ void put_capture_quality(json& j, const core::StreamRecord& r) {
   j["bytes_lost"] = r.bytes_lost;
   j["parse_errors"] = r.parse_errors;
   j["body_bytes"] = r.body_bytes;
+  j["timeline_truncated"] = r.tail.events > 0;
+  j["timeline_events"] = r.timeline.size();
+  j["itl_truncated"] = r.metrics.itl_truncated;
 }
 
 json timeline_json(const core::StreamRecord& r) {

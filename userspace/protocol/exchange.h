@@ -118,7 +118,7 @@ class ExchangeSink {
   virtual void on_body_bytes(std::uint64_t n) = 0;
   virtual void on_body_gap(std::uint64_t n) = 0;
   // A compressed body could not be decoded from here on (no more events).
-  enum class Undecodable : std::uint8_t { corrupt, too_large, no_memory, capture_hole, unsupported };
+  enum class Undecodable : std::uint8_t { corrupt, too_large, no_memory, capture_hole, unsupported, too_costly };
   virtual void on_body_undecodable(Undecodable why) = 0;
   // HTTP/2: the stream's frame and flow-control counts, just before its end.
   virtual void on_h2_stream(const Http2StreamStats& /*stats*/) {}

@@ -322,21 +322,26 @@ bool idle(const StreamRecord& r, TimestampNs now, std::uint64_t idle_ns) {
 }  // namespace
 
 void Connection::expire_stream(TimestampNs now, std::uint64_t idle_ns) {
+  end_streams(now, StreamEnd::idle_timeout, [&](const StreamRecord& r) { return idle(r, now, idle_ns); });
+}
+
+void Connection::end_streams(TimestampNs now, StreamEnd reason, const std::function<bool(const StreamRecord&)>& pick) {
   if (h2_) {
-    std::vector<std::uint32_t> expired;
+    std::vector<std::uint32_t> chosen;
     h2_streams_->for_each_active([&](StreamRecord& r) {
-      if (idle(r, now, idle_ns)) expired.push_back(r.h2_stream_id);
+      if (pick(r)) chosen.push_back(r.h2_stream_id);
     });
-    if (expired.empty()) return;
-    set_cut_reason(StreamEnd::idle_timeout);
-    for (std::uint32_t id : expired) h2_->abandon_stream(id, now);
+    if (chosen.empty()) return;
+    set_cut_reason(reason);
+    for (std::uint32_t id : chosen) h2_->abandon_stream(id, now);
     set_cut_reason(StreamEnd::connection_closed);
     return;
   }
   const StreamRecord* r = assembler_.active_stream();
-  if (!r || !idle(*r, now, idle_ns)) return;
-  assembler_.set_cut_reason(StreamEnd::idle_timeout);
+  if (!r || !pick(*r)) return;
+  assembler_.set_cut_reason(reason);
   session_.abandon_response(now);
+  assembler_.set_cut_reason(StreamEnd::connection_closed);
 }
 
 }  // namespace infertap::core

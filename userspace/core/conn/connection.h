@@ -69,6 +69,9 @@ class Connection {
   void close(TimestampNs ts, StreamEnd reason);
   // Ends a stream that saw no bytes for too long (the connection stays).
   void expire_stream(TimestampNs now, std::uint64_t idle_ns);
+  // Ends the streams in flight `pick` chooses, their records with `reason`
+  // (the connection stays).
+  void end_streams(TimestampNs now, StreamEnd reason, const std::function<bool(const StreamRecord&)>& pick);
 
   // Records finished since the last take (checked after every call above).
   bool has_finished() const { return assembler_.has_finished() || (h2_streams_ && h2_streams_->has_finished()); }

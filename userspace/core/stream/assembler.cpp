@@ -25,6 +25,7 @@ StreamAssembler::StreamAssembler(const ConnIdentity& identity, const PipelineCon
 
 // A connection that goes away leaves nothing counted in its scope.
 StreamAssembler::~StreamAssembler() {
+  if (active_) unaccount(*active_);
   if (!load_ || scope_.key == 0) return;
   for (std::size_t i = 0; i < pending_waits_.size(); ++i) load_->request_dropped(scope_.key);
   if (active_) {
@@ -102,6 +103,7 @@ void StreamAssembler::on_response(const protocol::ResponseInfo& response) {
 }
 
 void StreamAssembler::start(const protocol::ResponseInfo& response) {
+  if (active_) unaccount(*active_);
   Active& a = active_.emplace();
   StreamRecord& r = a.record;
   r.conn = identity_;
@@ -158,10 +160,53 @@ void StreamAssembler::on_event(const protocol::StreamEvent& e) {
   Active& a = *active_;
   ++counters_.sse_events;
   const protocol::EventMeaning& meaning = a.interpreter.interpret(e.type, e.data, e.truncated, e.wire_bytes);
-  if (a.record.timeline.size() < config_.max_timeline_events)
-    fill_timeline_event(a.record.timeline.emplace_back(), e, meaning, a.hash_events);
+  keep_event(a, e, meaning);
   note_meaning(a, e, meaning);
+  account(a);
 }
+
+// The first max_timeline_events events whole, the rest in the tail.
+void StreamAssembler::keep_event(Active& a, const protocol::StreamEvent& e, const protocol::EventMeaning& meaning) {
+  const bool content = meaning.kind == EventKind::content;
+  const bool observed = a.gap_watch.step(e.body_offset, e.wire_bytes, content);
+  std::vector<TimelineEvent>& timeline = a.record.timeline;
+  const std::size_t bound = config_.max_timeline_events;
+  if (timeline.size() < bound) {
+    // Grow to the bound, never past it (doubling would overshoot by up to 2x).
+    if (timeline.size() == timeline.capacity()) timeline.reserve(std::min(bound, std::max<std::size_t>(64, 2 * timeline.size())));
+    fill_timeline_event(timeline.emplace_back(), e, meaning, a.hash_events);
+    return;
+  }
+  add_to_tail(a.record.tail, e, content, observed, a.gap_watch.contents() - 1);
+}
+
+void StreamAssembler::add_to_tail(TimelineTail& tail, const protocol::StreamEvent& e, bool content, bool observed,
+                                  std::uint32_t content_index) {
+  ++tail.events;
+  if (!content) return;
+  const bool kept = tail.gaps.size() < TimelineTail::kMaxTailGaps;
+  // The gap ending at content event k is gap k-1 of the record.
+  if (content_index > 0 && !observed && kept) tail.unobserved.push_back(content_index - 1);
+  if (++tail.content_events == 1) {
+    tail.first_token_ns = tail.last_token_ns = e.ts;
+    return;
+  }
+  const std::uint64_t gap = e.ts >= tail.last_token_ns ? e.ts - tail.last_token_ns : 0;
+  tail.last_token_ns = e.ts;
+  tail.max_gap_ns = std::max(tail.max_gap_ns, gap);
+  if (!kept) return;
+  if (gap >= TimelineTail::kLongGap) tail.long_gaps.push_back(gap);
+  tail.gaps.push_back(static_cast<std::uint32_t>(std::min<std::uint64_t>(gap, TimelineTail::kLongGap)));
+}
+
+// live_stream_bytes follows every stream's held_bytes (the budget's measure).
+void StreamAssembler::account(Active& a) {
+  const std::size_t held = held_bytes(a.record);
+  counters_.live_stream_bytes += held - a.accounted;  // unsigned wrap adds a negative delta
+  a.accounted = held;
+}
+
+void StreamAssembler::unaccount(const Active& a) { counters_.live_stream_bytes -= a.accounted; }
 
 void StreamAssembler::fill_timeline_event(TimelineEvent& t, const protocol::StreamEvent& e,
                                           const protocol::EventMeaning& meaning, bool hash) const {
@@ -236,6 +281,7 @@ void StreamAssembler::on_body_gap(std::uint64_t n) {
   if (piece_ && piece_->ts && r.body_holes.size() < kMaxBodyHoles) r.body_holes.push_back({r.body_bytes, n, piece_->ts});
   r.body_bytes += n;
   r.bytes_not_captured += n;
+  account(*active_);
 }
 
 void StreamAssembler::on_body_undecodable(Undecodable why) {
@@ -274,12 +320,18 @@ void StreamAssembler::finish(TimestampNs ts, StreamEnd reason) {
   mark_piece_batch();
   Active a = std::move(*active_);
   active_.reset();
+  unaccount(a);
   StreamRecord& r = a.record;
   // A stream that delivered its protocol's end marker is complete even when the
   // connection went away before the framing terminator was seen.
   r.end = a.saw_done ? StreamEnd::complete : reason;
   r.end_ns = ts;
   compute_metrics(r, a.usage_completion_tokens, config_);
+  // The tail's times served the metrics; a held record needs only its counts.
+  if (r.tail.events > 0) ++counters_.timelines_truncated;
+  r.tail.gaps = {};
+  r.tail.long_gaps = {};
+  r.tail.unobserved = {};
   if (load_ && scope_.key != 0) {
     if (a.waiting) load_->request_dropped(scope_.key);  // ended without a token
     load_->stream_ended(scope_, a.ticket, ts, r.metrics.tokens, identity_.cgroup_path, r.load);

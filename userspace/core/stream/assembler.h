@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/metrics.h"
 #include "core/role_census.h"
 #include "core/types.h"
 #include "protocol/exchange.h"
@@ -93,6 +94,8 @@ class StreamAssembler : public protocol::ExchangeSink {
     bool hash_events = false;   // the process may be a gateway
     std::size_t ack_cursor = 0;  // first timeline event not acknowledged yet
     bool waiting = false;        // its request is counted as waiting in the load scope
+    ContentGapWatch gap_watch;   // every event: which content gaps span lost bytes (the tail's)
+    std::size_t accounted = 0;   // its held_bytes, as counted in live_stream_bytes
     LoadTracker::Ticket ticket;
   };
 
@@ -100,6 +103,11 @@ class StreamAssembler : public protocol::ExchangeSink {
   void fill_timeline_event(TimelineEvent& t, const protocol::StreamEvent& event,
                            const protocol::EventMeaning& meaning, bool hash) const;
   void note_meaning(Active& a, const protocol::StreamEvent& event, const protocol::EventMeaning& meaning);
+  void keep_event(Active& a, const protocol::StreamEvent& event, const protocol::EventMeaning& meaning);
+  static void add_to_tail(TimelineTail& tail, const protocol::StreamEvent& event, bool content, bool observed,
+                          std::uint32_t content_index);
+  void account(Active& a);
+  void unaccount(const Active& a);
   void mark_piece_batch();
   void finish(TimestampNs ts, StreamEnd reason);
 

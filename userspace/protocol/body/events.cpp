@@ -140,6 +140,7 @@ void BodyEvents::feed_events(std::span<const std::uint8_t> bytes, TimestampNs ts
     case BodyDecoder::Status::corrupt: stop_decoding(ExchangeSink::Undecodable::corrupt); break;
     case BodyDecoder::Status::too_large: stop_decoding(ExchangeSink::Undecodable::too_large); break;
     case BodyDecoder::Status::no_memory: stop_decoding(ExchangeSink::Undecodable::no_memory); break;
+    case BodyDecoder::Status::too_costly: stop_decoding(ExchangeSink::Undecodable::too_costly); break;
   }
 }
 

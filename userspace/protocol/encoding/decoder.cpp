@@ -259,6 +259,7 @@ std::string_view to_string(BodyDecoder::Status s) {
     case BodyDecoder::Status::corrupt: return "corrupt";
     case BodyDecoder::Status::too_large: return "too_large";
     case BodyDecoder::Status::no_memory: return "no_memory";
+    case BodyDecoder::Status::too_costly: return "too_costly";
   }
   return "corrupt";
 }
@@ -299,9 +300,12 @@ BodyDecoder::Status BodyDecoder::feed(std::span<const std::uint8_t> in, Output& 
   for (;;) {
     std::size_t consumed = 0, produced = 0;
     const Status s = step(in, chunk, &consumed, &produced);
+    consumed_ += consumed;
     if (produced > 0) {
       decoded_ += produced;
       if (decoded_ > limits_.output_bytes) return status_ = Status::too_large;
+      if (decoded_ > limits_.output_grace_bytes + limits_.output_per_input_byte * consumed_)
+        return status_ = Status::too_costly;
       out.decoded({chunk, produced});
     }
     if (s != Status::ok) return status_ = s;

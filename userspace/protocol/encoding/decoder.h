@@ -6,7 +6,7 @@
 // Memory is bounded twice: a decoder's own state (window, tables) through an
 // accounting allocator, per decoder and for all decoders of the process
 // together; and what one response may decode to (a decompression bomb stops
-// at the output cap). Failures are values, never exceptions or aborts.
+// at the output cap, or sooner at the output-per-input cap that bounds its CPU). Failures are values, never exceptions or aborts.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +29,13 @@ struct DecoderLimits {
   std::size_t state_bytes = 8u << 20;         // one decoder's memory (zstd and brotli windows are the large part)
   std::size_t total_state_bytes = 256u << 20;  // every decoder of the process together
   std::uint64_t output_bytes = 64ull << 20;   // what one body may decode to
+  // CPU per response: decoding and the event framing after it cost per byte
+  // out, so a body may decode to at most output_per_input_byte bytes per byte
+  // in, past the first output_grace_bytes. Streamed SSE compresses ~5-50x
+  // (deflate's own limit is 1032x); a 6.5 kB brotli bomb would otherwise
+  // decode to the whole 64 MiB cap (0.5 s of CPU).
+  std::uint64_t output_per_input_byte = 256;
+  std::uint64_t output_grace_bytes = 1ull << 20;
 };
 
 class BodyDecoder {
@@ -38,6 +45,7 @@ class BodyDecoder {
     corrupt,     // not valid data of its coding (or cut by a capture hole)
     too_large,   // decoded past DecoderLimits::output_bytes
     no_memory,   // the decoder needed more than its memory budget
+    too_costly,  // decoded more per byte in than DecoderLimits::output_per_input_byte
   };
   // Receives decoded bytes, valid during the call.
   class Output {
@@ -75,6 +83,7 @@ class BodyDecoder {
  private:
   Status status_ = Status::ok;
   std::uint64_t decoded_ = 0;
+  std::uint64_t consumed_ = 0;  // coded bytes taken
 };
 
 std::string_view to_string(BodyDecoder::Status s);

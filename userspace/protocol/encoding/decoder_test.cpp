@@ -134,6 +134,21 @@ TEST_P(EveryCoding, ABombStopsAtTheOutputCap) {
   EXPECT_LE(out.text.size(), limits.output_bytes);
 }
 
+// A bomb costs CPU per byte it decodes to: it stops long before the output
+// cap, at output_per_input_byte per coded byte past the grace.
+TEST_P(EveryCoding, ABombStopsAtTheCostCap) {
+  const std::string zeros(64u << 20, '\0');
+  const Bytes wire = compress(GetParam(), zeros);
+  const DecoderLimits limits;
+  auto d = BodyDecoder::create(GetParam(), limits);
+  Collect out;
+  EXPECT_EQ(d->feed(wire, out), BodyDecoder::Status::too_costly);
+  EXPECT_EQ(d->feed(wire, out), BodyDecoder::Status::too_costly) << "and takes nothing more";
+  EXPECT_LE(out.text.size(), limits.output_grace_bytes + limits.output_per_input_byte * wire.size() + (64u << 10));
+  EXPECT_LT(out.text.size(), zeros.size() / 4);
+  EXPECT_EQ(to_string(BodyDecoder::Status::too_costly), "too_costly");
+}
+
 TEST_P(EveryCoding, AStateBudgetTooSmallIsNoMemory) {
   DecoderLimits limits;
   limits.state_bytes = 512;

@@ -219,6 +219,7 @@ std::string_view to_string(ExchangeSink::Undecodable why) {
     case ExchangeSink::Undecodable::corrupt: return "corrupt";
     case ExchangeSink::Undecodable::too_large: return "too_large";
     case ExchangeSink::Undecodable::no_memory: return "no_memory";
+    case ExchangeSink::Undecodable::too_costly: return "too_costly";
     case ExchangeSink::Undecodable::capture_hole: return "capture_hole";
     case ExchangeSink::Undecodable::unsupported: return "unsupported";
   }
