@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/escape.h"
 #include "daemon/stream_families.h"
 
 namespace infertap::daemon {
@@ -289,14 +290,27 @@ void write_self_metrics(Writer& w, const State& s) {
 
 // ---- helpers ---------------------------------------------------------------
 
+// The exposition format escapes only backslash, quote and newline. Any other
+// control character (ESC, NUL, C1) and any byte that is not UTF-8 is written
+// as base::printable writes it, its backslash doubled: the scraped value reads
+// "\x1b", and no raw control character reaches a scrape.
 std::string escape_label_value(std::string_view v) {
   std::string out;
   out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+  for (std::size_t i = 0; i < v.size();) {
+    const base::TextUnit u = base::next_unit(v, i);
+    if (!u.unsafe) {
+      for (char c : v.substr(i, u.size)) {
+        if (c == '\\') out += "\\\\";
+        else if (c == '"') out += "\\\"";
+        else out += c;
+      }
+    } else if (u.utf8 && u.code_point == '\n') {
+      out += "\\n";
+    } else {
+      out += '\\' + base::escape_of(u);
+    }
+    i += u.size;
   }
   return out;
 }
