@@ -115,4 +115,13 @@ inline std::string printable(std::string_view s, EscapeForm form = EscapeForm::c
   return out;
 }
 
+// "program: message\n", the message printable: one line whatever it carries.
+inline std::string log_line(std::string_view program, std::string_view message) {
+  std::string line(program);
+  line += ": ";
+  line += printable(message);
+  line += '\n';
+  return line;
+}
+
 }  // namespace infertap::base

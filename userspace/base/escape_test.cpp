@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 namespace infertap::base {
@@ -65,6 +66,19 @@ TEST(Printable, NoControlSurvivesAnyByte) {
 
 TEST(Printable, JsonFormWritesJsonEscapes) {
   EXPECT_EQ(printable("{\"comm\":\"a\xc2\x9b\x7f\"}", EscapeForm::json), "{\"comm\":\"a\\u009b\\u007f\"}");
+}
+
+// An executable's Go version string, as a loader note carries it into the log.
+TEST(LogLine, ANoteWithANewlineStaysOneLine) {
+  const std::string what = "probing Go crypto/tls in server (go1.21.0\ninfertapd: FORGED attach: nothing)";
+  const std::string line = log_line("infertapd", what + " (\x1b[2Jwhy\r)");
+  EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1);
+  EXPECT_EQ(line.back(), '\n');
+  EXPECT_EQ(line.rfind("infertapd: ", 0), 0u);
+  EXPECT_EQ(line.find("\ninfertapd: FORGED"), std::string::npos);
+  EXPECT_NE(line.find("go1.21.0\\ninfertapd: FORGED"), std::string::npos) << line;
+  EXPECT_EQ(line.find('\x1b'), std::string::npos);
+  EXPECT_EQ(line.find('\r'), std::string::npos);
 }
 
 }  // namespace

@@ -279,6 +279,11 @@ void write_self_metrics(Writer& w, const State& s) {
   });
   w.family("infertap_tracked_connections", "gauge", "Connections the pipeline is following now.");
   w.sample("infertap_tracked_connections", {}, s.extra.tracked_connections);
+  w.family("infertap_capability_missing", "gauge",
+           "1 per capability the capture lacks: part of it does not work (infertap status: privileges).");
+  for (const std::string& name : s.extra.missing_capabilities) {
+    w.sample("infertap_capability_missing", {{"capability", name}}, std::uint64_t{1});
+  }
   s.sink.for_each([&](const base::Counter& c) { write_table_counter(w, "infertap_sink_", c); });
   w.family("infertap_process_cpu_seconds_total", "counter", "User and system CPU time of the agent process.");
   w.sample_double("infertap_process_cpu_seconds_total", {}, process_cpu_seconds());
