@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -19,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/escape.h"
 #include "daemon/api.h"
 #include "support/http_load.h"
 #include "support/live_test.h"
@@ -39,12 +41,15 @@ class Hostile : public testing::LiveTest {
 
   // infertapd tracing port_ with its API in the scratch dir and its metrics
   // on metrics_port_; `extra` appended. Returns once it has attached.
-  void start_daemon(std::vector<std::string> extra = {}, const std::string& output = "") {
+  // `wrapper`: a command the daemon runs under (setpriv with fewer capabilities).
+  void start_daemon(std::vector<std::string> extra = {}, const std::string& output = "",
+                    std::vector<std::string> wrapper = {}) {
     metrics_port_ = testing::free_port();
     std::vector<std::string> argv = {build_dir() + "/infertapd", "--port", std::to_string(port_), "--socket",
                                      path("api.sock"), "--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_),
                                      "--ready-file", path("ready"), "-o", output.empty() ? path("records.ndjson") : output};
     argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.insert(argv.begin(), wrapper.begin(), wrapper.end());
     auto d = Process::spawn(argv, path("daemon.log"));
     ASSERT_TRUE(d);
     daemon_.emplace(std::move(*d));
@@ -186,6 +191,88 @@ TEST_F(Hostile, NoSecretOfARequestReachesAnyOutput) {
   struct stat st {};
   ASSERT_EQ(stat(path("records.ndjson").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u) << "the output file is the agent's alone";
+}
+
+// ---- tenant text cannot forge output ------------------------------------------------
+
+
+// A server whose process name (comm, from the name it was executed by)
+// carries a newline and ESC[2J: `infertap streams` has a row per stream, and
+// no output (streams, top, stats, status, /metrics, the daemon's log) carries
+// a raw control character or a line that starts with the forged text (before:
+// the row split in two and a scrape carried the ESC).
+TEST_F(Hostile, AProcessNameWithANewlineAndEscForgesNoOutput) {
+  start_daemon();
+  const std::string link = path("a\nFORGED\x1b[2J");
+  const std::string target = std::filesystem::absolute(build_dir() + "/sample-server");
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  auto server = Process::spawn({link, "--port", std::to_string(port_), "--ttft-ms", "5", "--itl-ms", "2", "--tokens", "6"},
+                               path("server.out"));
+  ASSERT_TRUE(server);
+  ASSERT_TRUE(testing::wait_for_text(path("server.out"), "listening", 5s)) << read_file(path("server.out"));
+  auto client = Process::spawn({build_dir() + "/sample-client", "--port", std::to_string(port_), "--requests", "2",
+                                "--tokens", "6"},
+                               path("client.out"));
+  ASSERT_TRUE(client);
+  const auto cst = client->wait(30s);
+  ASSERT_TRUE(cst && WIFEXITED(*cst) && WEXITSTATUS(*cst) == 0) << read_file(path("client.out"));
+  std::this_thread::sleep_for(1500ms);  // the status refresh
+
+  const auto records = cli({"streams", "-o", "json"});
+  ASSERT_EQ(records.first, 0) << records.second;
+  std::size_t count = 0, named = 0;
+  std::istringstream lines(records.second);
+  for (std::string line; std::getline(lines, line); ++count) {
+    const json r = json::parse(line, nullptr, false);
+    named += r.is_object() && r.value("comm", "") == "a\nFORGED\x1b[2J";
+  }
+  ASSERT_GE(named, 2u) << "the server's streams, under its own name: " << records.second;
+  std::vector<std::pair<std::string, std::string>> outputs;  // what, text
+  const auto streams = cli({"streams"});
+  EXPECT_EQ(std::count(streams.second.begin(), streams.second.end(), '\n'), static_cast<long>(count + 1))
+      << "a header and a row per stream:\n" << streams.second;
+  EXPECT_NE(streams.second.find("a\\nFORGED\\x1b[2J"), std::string::npos) << streams.second;
+  outputs.emplace_back("infertap streams", streams.second);
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"top", "--once"}, {"stats", "--by", "process"}, {"status"}, {"streams", "--live"}}) {
+    outputs.emplace_back("infertap " + args[0], cli(args).second);
+  }
+  const testing::Timed metrics = testing::timed_get(metrics_port_, "/metrics", 5s);
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("process=\"a\\nFORGED\\\\x1b[2J\""), std::string::npos) << "escaped, still there";
+  outputs.emplace_back("/metrics", metrics.body);
+  server->stop(5s);
+  stop_daemon();
+  outputs.emplace_back("infertapd log", read_file(path("daemon.log")));
+  for (const auto& [what, text] : outputs) {
+    EXPECT_FALSE(base::has_unsafe(text, true)) << what << ":\n" << text.substr(0, 3000);
+    EXPECT_EQ(text.rfind("FORGED", 0), std::string::npos) << what;
+    EXPECT_EQ(text.find("\nFORGED"), std::string::npos) << what << ":\n" << text.substr(0, 3000);
+  }
+}
+
+// ---- an agent short of privileges says so ---------------------------------------------
+
+// The DaemonSet's old pair, CAP_BPF + CAP_PERFMON: the capture attaches, and
+// the log, `infertap status` and /metrics name each capability TLS capture
+// lacks and what will not work (before: 0 of 6 HTTPS streams, no word why).
+TEST_F(Hostile, AnAgentWithoutTheTlsCapabilitiesSaysWhatItLacks) {
+  start_daemon({}, "", {"/usr/bin/setpriv", "--bounding-set=-all,+bpf,+perfmon", "--inh-caps=-all", "--"});
+  const json privileges = status().value("privileges", json::object());
+  const testing::Timed metrics = testing::timed_get(metrics_port_, "/metrics", 5s);
+  const auto [rc, text] = cli({"status"});
+  stop_daemon();
+  const std::string log = read_file(path("daemon.log"));
+  for (const char* cap : {"CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH", "CAP_CHECKPOINT_RESTORE"}) {
+    EXPECT_NE(log.find(std::string("infertapd: ") + cap + " missing: "), std::string::npos) << cap << "\n" << log;
+    EXPECT_NE(privileges.dump().find(std::string(cap) + " missing: "), std::string::npos) << privileges.dump();
+    EXPECT_NE(text.find(std::string(cap) + " missing: "), std::string::npos) << text;
+    EXPECT_NE(metrics.body.find(std::string("infertap_capability_missing{capability=\"") + cap + "\"} 1"),
+              std::string::npos)
+        << cap;
+  }
+  EXPECT_EQ(log.find("CAP_BPF missing"), std::string::npos) << "plaintext capture loads: " << log;
+  EXPECT_NE(log.find("/proc/PID/map_files refused"), std::string::npos) << log;
 }
 
 // ---- loss is always counted and said -----------------------------------------------

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/escape.h"
 #include "cli/format.h"
 
 namespace infertap::cli {
@@ -20,15 +21,6 @@ const std::string kEvil = "evil\nFORGED ROW\x1b[2J\0nul\xc2\x9b" "9m"s;
 
 std::size_t lines_of(const std::string& text) { return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')); }
 
-// No C0 control but the line ends, no DEL, no C1 control encoded as UTF-8.
-bool has_raw_control(const std::string& s) {
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if ((c < 0x20 && c != '\n') || c == 0x7F) return true;
-    if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) <= 0x9F) return true;
-  }
-  return false;
-}
 
 bool a_line_starts_with(const std::string& text, const std::string& prefix) {
   return text.rfind(prefix, 0) == 0 || text.find("\n" + prefix) != std::string::npos;
@@ -36,7 +28,7 @@ bool a_line_starts_with(const std::string& text, const std::string& prefix) {
 
 void expect_safe(const std::string& text, std::size_t lines, const char* what) {
   EXPECT_EQ(lines_of(text), lines) << what << ":\n" << text;
-  EXPECT_FALSE(has_raw_control(text)) << what;
+  EXPECT_FALSE(base::has_unsafe(text, true)) << what;
   EXPECT_FALSE(a_line_starts_with(text, "FORGED")) << what;
 }
 
@@ -70,7 +62,7 @@ TEST(CliFormat, ShowKeepsItsLinesAndEscapesTheNames) {
   tame.merge_patch({{"comm", "srv"}, {"path", "/v1/x"}, {"model", "m"}});
   const std::string plain = format_show(tame);
   EXPECT_EQ(lines_of(text), lines_of(plain)) << text;
-  EXPECT_FALSE(has_raw_control(text));
+  EXPECT_FALSE(base::has_unsafe(text, true));
   EXPECT_FALSE(a_line_starts_with(text, "FORGED"));
   EXPECT_NE(text.find("evil\\nFORGED ROW\\x1b[2J\\x00nul\\u009b9m"), std::string::npos) << text;
 }
@@ -87,7 +79,7 @@ TEST(CliFormat, AlertsRowsStayOneRow) {
   const json response = {{"active", json::array({alert})}, {"recent", json::array()},
                          {"abuse_recent", json::array({abuse})}};
   const std::string text = format_alerts(response);
-  EXPECT_FALSE(has_raw_control(text)) << text;
+  EXPECT_FALSE(base::has_unsafe(text, true)) << text;
   EXPECT_FALSE(a_line_starts_with(text, "FORGED")) << text;
   EXPECT_EQ(lines_of(text), 9u) << text;
 }

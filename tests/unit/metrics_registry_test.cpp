@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/escape.h"
 #include "core/labels.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
@@ -495,15 +496,6 @@ TEST(MetricsRegistry, EscapingRoundTrips) {
   EXPECT_EQ(escape_label_value("\\\"\n"), "\\\\\\\"\\n");
 }
 
-// No byte of a C0 control but the line ends, DEL, or a C1 control encoded as UTF-8.
-bool has_raw_control(const std::string& text) {
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if ((c < 0x20 && c != '\n') || c == 0x7F) return true;
-    if (c == 0xC2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) <= 0x9F) return true;
-  }
-  return false;
-}
 
 // A model and a process name carrying ESC[2J, NUL, a newline, a C1 CSI and a
 // byte that is not UTF-8: the scrape still parses, no raw control character
@@ -519,7 +511,7 @@ TEST(MetricsRegistry, ControlCharactersInLabelValuesNeverReachAScrape) {
   reg.observe(make_record({.model = evil, .comm = evil, .ttft_ns = kMs}));
   reg.set_load({{evil, 1, 0}});
   const std::string text = reg.render();
-  EXPECT_FALSE(has_raw_control(text)) << text;
+  EXPECT_FALSE(base::has_unsafe(text, true)) << text;
   const Exposition e = parse_exposition(text);
   const std::string read_back = "m\\x1b[2J\\x00\n\\u009b?";  // the invalid byte was '?' already
   EXPECT_EQ(value_of(e, "infertap_streams_total",

@@ -115,6 +115,17 @@ inline std::string printable(std::string_view s, EscapeForm form = EscapeForm::c
   return out;
 }
 
+// Whether `text` holds anything printable() would escape; with
+// `line_ends_allowed`, '\n' is not counted (an output of several lines).
+inline bool has_unsafe(std::string_view text, bool line_ends_allowed = false) {
+  for (std::size_t i = 0; i < text.size();) {
+    const TextUnit u = next_unit(text, i);
+    if (u.unsafe && !(line_ends_allowed && u.utf8 && u.code_point == '\n')) return true;
+    i += u.size;
+  }
+  return false;
+}
+
 // "program: message\n", the message printable: one line whatever it carries.
 inline std::string log_line(std::string_view program, std::string_view message) {
   std::string line(program);

@@ -68,6 +68,16 @@ TEST(Printable, JsonFormWritesJsonEscapes) {
   EXPECT_EQ(printable("{\"comm\":\"a\xc2\x9b\x7f\"}", EscapeForm::json), "{\"comm\":\"a\\u009b\\u007f\"}");
 }
 
+TEST(HasUnsafe, FindsWhatPrintableWouldEscape) {
+  EXPECT_FALSE(has_unsafe("row one 模型"));
+  EXPECT_TRUE(has_unsafe("a\nb"));
+  EXPECT_FALSE(has_unsafe("a\nb\n", true));
+  EXPECT_TRUE(has_unsafe("a\x1b[2J\n", true));
+  EXPECT_TRUE(has_unsafe("c1 \xc2\x9b", true));
+  EXPECT_TRUE(has_unsafe("bad \xff", true));
+  EXPECT_FALSE(has_unsafe(printable("any\n\x1b\0\xc2\x9b\xff")));
+}
+
 // An executable's Go version string, as a loader note carries it into the log.
 TEST(LogLine, ANoteWithANewlineStaysOneLine) {
   const std::string what = "probing Go crypto/tls in server (go1.21.0\ninfertapd: FORGED attach: nothing)";
