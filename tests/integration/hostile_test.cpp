@@ -25,6 +25,7 @@
 #include "support/http_load.h"
 #include "support/live_test.h"
 #include "support/process.h"
+#include "support/test_certificate.h"
 
 namespace infertap {
 namespace {
@@ -273,6 +274,69 @@ TEST_F(Hostile, AnAgentWithoutTheTlsCapabilitiesSaysWhatItLacks) {
   }
   EXPECT_EQ(log.find("CAP_BPF missing"), std::string::npos) << "plaintext capture loads: " << log;
   EXPECT_NE(log.find("/proc/PID/map_files refused"), std::string::npos) << log;
+}
+
+// The path of a library this test binary has mapped ("libssl.so"), "" if none.
+std::string mapped_library(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const std::size_t at = line.find('/');
+    if (at != std::string::npos && line.find("/" + name, at) != std::string::npos) return line.substr(at);
+  }
+  return "";
+}
+
+// `file` owned by nobody, with `mode`.
+void give_to_nobody(const std::string& file, mode_t mode) {
+  ASSERT_EQ(chown(file.c_str(), 65534, 65534), 0) << file;
+  ASSERT_EQ(chmod(file.c_str(), mode), 0) << file;
+}
+
+// Exactly the DaemonSet's capabilities: the TLS streams of another user's
+// processes, whose libssl is a copy in a directory only that user may read,
+// are recorded, and nothing is said missing (with CAP_BPF + CAP_PERFMON
+// alone: 0 of 6 and no word why; without CAP_DAC_READ_SEARCH: 0 of 6).
+TEST_F(Hostile, TheDeployedCapabilitiesCaptureAnotherUsersPrivateTls) {
+  ASSERT_EQ(chmod(scratch_->path().c_str(), 0711), 0);
+  const std::string home = path("nobody"), lib = home + "/lib";
+  ASSERT_EQ(mkdir(home.c_str(), 0700), 0);
+  ASSERT_EQ(mkdir(lib.c_str(), 0700), 0);
+  ASSERT_EQ(testing::make_localhost_certificate(home + "/key.pem", home + "/cert.pem", path("openssl.log")), "");
+  for (const char* name : {"libssl.so", "libcrypto.so"}) {
+    const std::filesystem::path from = mapped_library(name);
+    ASSERT_FALSE(from.empty()) << name;
+    std::filesystem::copy_file(from, lib / from.filename());
+    give_to_nobody(lib + "/" + from.filename().string(), 0500);
+  }
+  for (const char* file : {"/key.pem", "/cert.pem"}) give_to_nobody(home + file, 0400);
+  for (const std::string& d : {lib, home}) give_to_nobody(d, 0700);
+  start_daemon({}, "", {"/usr/bin/setpriv", "--bounding-set=-all,+bpf,+perfmon,+sys_admin,+sys_ptrace,+dac_read_search",
+                        "--inh-caps=-all", "--"});
+  const std::string peer = std::filesystem::absolute("tests/support/tls_peer.py");
+  const std::vector<std::string> as_nobody = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                              "/usr/bin/env", "LD_LIBRARY_PATH=" + lib, "/usr/bin/python3", peer};
+  std::vector<std::string> server_argv = as_nobody;
+  server_argv.insert(server_argv.end(), {"server", "--port", std::to_string(port_), "--cert", home + "/cert.pem", "--key",
+                                         home + "/key.pem", "--ttft-ms", "5", "--itl-ms", "5"});
+  auto server = Process::spawn(server_argv, path("server.out"));
+  ASSERT_TRUE(server);
+  ASSERT_TRUE(testing::wait_for_text(path("server.out"), "listening", 10s)) << read_file(path("server.out"));
+  std::vector<std::string> client_argv = as_nobody;
+  client_argv.insert(client_argv.end(), {"client", "--port", std::to_string(port_), "--tokens", "5", "--requests", "3"});
+  auto client = Process::spawn(client_argv, path("client.out"));
+  ASSERT_TRUE(client);
+  const auto cst = client->wait(30s);
+  ASSERT_TRUE(cst && WIFEXITED(*cst) && WEXITSTATUS(*cst) == 0) << read_file(path("client.out"));
+  std::this_thread::sleep_for(1500ms);
+  server->stop(5s);
+  stop_daemon();
+  const std::string log = read_file(path("daemon.log"));
+  std::size_t tls = 0;
+  std::istringstream records(read_file(path("records.ndjson")));
+  for (std::string line; std::getline(records, line);) tls += json::parse(line, nullptr, false).value("tls", false);
+  EXPECT_EQ(tls, 6u) << "3 streams, each seen by the server and the client:\n" << log;
+  EXPECT_NE(log.find(lib + "/libssl.so"), std::string::npos) << "the private copy was probed:\n" << log;
+  EXPECT_EQ(log.find(" missing: "), std::string::npos) << log;
 }
 
 // ---- loss is always counted and said -----------------------------------------------
