@@ -73,6 +73,14 @@ class Hostile : public testing::LiveTest {
 
   json status() { return daemon::ApiClient(path("api.sock")).request({{"cmd", "status"}}); }
 
+  // A client run to its end; it must exit 0. Its output: client.out.
+  void run_client(const std::vector<std::string>& argv) {
+    auto client = Process::spawn(argv, path("client.out"));
+    ASSERT_TRUE(client);
+    const auto st = client->wait(30s);
+    ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_file(path("client.out"));
+  }
+
   std::uint16_t metrics_port_ = 0;
   std::optional<Process> daemon_;
 };
@@ -135,14 +143,10 @@ TEST_F(Hostile, NoSecretOfARequestReachesAnyOutput) {
   ASSERT_TRUE(testing::wait_for_text(path("server.out"), "listening", 5s)) << read_file(path("server.out"));
   const std::string target = std::string("/v1/u/sk-proj-") + kSecrets[1] + "/chat/completions?api_key=" + kSecrets[0] +
                              "&stream=1";
-  auto client = Process::spawn({build_dir() + "/sample-client", "--port", std::to_string(port_), "--path", target,
-                                "--authorization", std::string("Bearer ") + kSecrets[2], "--prompt",
-                                std::string("tell me ") + kSecrets[3], "--concurrency", "2", "--requests", "3",
-                                "--model", "privacy-model"},
-                               path("client.out"));
-  ASSERT_TRUE(client);
-  const auto cst = client->wait(30s);
-  ASSERT_TRUE(cst && WIFEXITED(*cst) && WEXITSTATUS(*cst) == 0) << read_file(path("client.out"));
+  ASSERT_NO_FATAL_FAILURE(run_client({build_dir() + "/sample-client", "--port", std::to_string(port_), "--path",
+                                      target, "--authorization", std::string("Bearer ") + kSecrets[2], "--prompt",
+                                      std::string("tell me ") + kSecrets[3], "--concurrency", "2", "--requests", "3",
+                                      "--model", "privacy-model"}));
   std::this_thread::sleep_for(2500ms);  // path settle, a degradation window, the status refresh
 
   std::vector<std::pair<std::string, std::string>> outputs;  // what, text
@@ -211,12 +215,8 @@ TEST_F(Hostile, AProcessNameWithANewlineAndEscForgesNoOutput) {
                                path("server.out"));
   ASSERT_TRUE(server);
   ASSERT_TRUE(testing::wait_for_text(path("server.out"), "listening", 5s)) << read_file(path("server.out"));
-  auto client = Process::spawn({build_dir() + "/sample-client", "--port", std::to_string(port_), "--requests", "2",
-                                "--tokens", "6"},
-                               path("client.out"));
-  ASSERT_TRUE(client);
-  const auto cst = client->wait(30s);
-  ASSERT_TRUE(cst && WIFEXITED(*cst) && WEXITSTATUS(*cst) == 0) << read_file(path("client.out"));
+  ASSERT_NO_FATAL_FAILURE(
+      run_client({build_dir() + "/sample-client", "--port", std::to_string(port_), "--requests", "2", "--tokens", "6"}));
   std::this_thread::sleep_for(1500ms);  // the status refresh
 
   const auto records = cli({"streams", "-o", "json"});
@@ -323,10 +323,7 @@ TEST_F(Hostile, TheDeployedCapabilitiesCaptureAnotherUsersPrivateTls) {
   ASSERT_TRUE(testing::wait_for_text(path("server.out"), "listening", 10s)) << read_file(path("server.out"));
   std::vector<std::string> client_argv = as_nobody;
   client_argv.insert(client_argv.end(), {"client", "--port", std::to_string(port_), "--tokens", "5", "--requests", "3"});
-  auto client = Process::spawn(client_argv, path("client.out"));
-  ASSERT_TRUE(client);
-  const auto cst = client->wait(30s);
-  ASSERT_TRUE(cst && WIFEXITED(*cst) && WEXITSTATUS(*cst) == 0) << read_file(path("client.out"));
+  ASSERT_NO_FATAL_FAILURE(run_client(client_argv));
   std::this_thread::sleep_for(1500ms);
   server->stop(5s);
   stop_daemon();
@@ -356,12 +353,8 @@ TEST_F(Hostile, EveryLineTheOutputDropsIsCountedAndSaid) {
                                path("server.out"));
   ASSERT_TRUE(server);
   ASSERT_TRUE(testing::wait_for_text(path("server.out"), "listening", 5s));
-  auto client = Process::spawn({build_dir() + "/sample-client", "--port", std::to_string(port_), "--concurrency", "5",
-                                "--requests", "10", "--tokens", "32"},
-                               path("client.out"));
-  ASSERT_TRUE(client);
-  const auto cst = client->wait(30s);
-  ASSERT_TRUE(cst && WIFEXITED(*cst) && WEXITSTATUS(*cst) == 0) << read_file(path("client.out"));
+  ASSERT_NO_FATAL_FAILURE(run_client({build_dir() + "/sample-client", "--port", std::to_string(port_), "--concurrency",
+                                      "5", "--requests", "10", "--tokens", "32"}));
   std::this_thread::sleep_for(1500ms);
   server->stop(5s);
   stop_daemon();
