@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -21,10 +22,13 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <bpf/libbpf.h>
 #include <nlohmann/json.hpp>
 
 #include "base/clock.h"
+#include "base/escape.h"
 #include "capture/loader.h"
+#include "capture/privileges.h"
 #include "core/pipeline.h"
 #include "daemon/api.h"
 #include "daemon/config.h"
@@ -77,7 +81,20 @@ std::string read_comm(std::uint32_t pid) {
   return comm;
 }
 
-void log(const std::string& message) { std::fprintf(stderr, "infertapd: %s\n", message.c_str()); }
+// Every line the daemon writes: loader notes, process names, paths, models and
+// versions are a tenant's text, escaped here so none can forge a line.
+void log(const std::string& message) { std::fputs(base::log_line("infertapd", message).c_str(), stderr); }
+
+// libbpf's warnings name tenant paths (a uprobe's library): through log() too.
+int libbpf_to_log(enum libbpf_print_level level, const char* format, va_list args) {
+  if (level != LIBBPF_WARN) return 0;
+  char text[2048];
+  std::vsnprintf(text, sizeof text, format, args);
+  std::string line(text);
+  while (!line.empty() && line.back() == '\n') line.pop_back();
+  log(line);
+  return 0;
+}
 
 // ---- the command line -------------------------------------------------------
 
@@ -213,7 +230,10 @@ class Agent {
     if (const int rc = open_capture()) return rc;
     build_pipeline();
     refresh();
-    if (http_) http_->set_ready(true);
+    if (http_) {
+      http_->watch(&heartbeat_);
+      http_->set_ready(true);
+    }
     if (!run_.ready_file.empty()) {
       if (FILE* f = std::fopen(run_.ready_file.c_str(), "w")) std::fclose(f);
     }
@@ -229,6 +249,7 @@ class Agent {
     const std::uint64_t start = base::monotonic_ns();
     std::uint64_t last_tick = start;
     while (!g_stop.load()) {
+      heartbeat_.beat(base::monotonic_ns());
       const int n = capture_->poll(50, handler_);
       if (n < 0) {
         log(std::string("ring buffer poll failed: ") + std::strerror(-n));
@@ -309,14 +330,34 @@ class Agent {
   }
 
   int open_capture() {
+    check_privileges();
     std::string error;
     capture_ = capture::Capture::open(config_.capture, &error);
     if (!capture_) {
       log(error);
       return 1;
     }
+    libbpf_set_print(libbpf_to_log);  // after open: the loader installs its own printer there
     log_new_notes();
     return 0;
+  }
+
+  // One line per capability the capture lacks, before it opens; the same in
+  // `infertap status` (privileges) and /metrics (infertap_capability_missing).
+  void check_privileges() {
+    const auto effective = capture::effective_capabilities();
+    json missing = json::array();
+    if (effective) {
+      for (const capture::MissingCapability& m : capture::missing_capabilities(*effective, config_.capture.tls)) {
+        log(capture::describe(m));
+        missing.push_back(capture::describe(m));
+        missing_capabilities_.emplace_back(capture::name_of(m.capability));
+      }
+    } else {
+      log("capabilities: capget failed, the capture's privileges are not checked");
+    }
+    std::lock_guard<std::mutex> lock(status_mu_);
+    status_["privileges"] = {{"missing", missing.empty() ? json("none") : missing}};
   }
 
   // Load decisions, then the TLS libraries probed as processes start: each
@@ -325,7 +366,10 @@ class Agent {
     const auto& notes = capture_->notes();
     if (notes.size() == notes_logged_) return;
     std::lock_guard<std::mutex> lock(status_mu_);
-    if (!status_.contains("attach")) status_ = {{"attach", json::array()}, {"node", render_.host}};
+    if (!status_.contains("attach")) {
+      status_["attach"] = json::array();
+      status_["node"] = render_.host;
+    }
     for (; notes_logged_ < notes.size(); ++notes_logged_) {
       const std::string line = notes[notes_logged_].what + " (" + notes[notes_logged_].why + ")";
       log(line);
@@ -403,7 +447,7 @@ class Agent {
   void refresh() {
     const capture::CaptureStats kernel = capture_->stats();
     const daemon::SinkCounters sink = sink_->counters();
-    metrics_.set_self(kernel, pipeline_->counters(), sink, {pipeline_->connection_count()});
+    metrics_.set_self(kernel, pipeline_->counters(), sink, {pipeline_->connection_count(), missing_capabilities_});
     store_.set_live(live_streams(*pipeline_));
     std::vector<daemon::CohortStateSample> cohorts;
     for (const degrade::CohortGauge& g : degradation_.gauges()) {
@@ -464,6 +508,7 @@ class Agent {
   const output::WallClock clock_;
   output::RenderOptions render_;
   daemon::MetricsRegistry metrics_;
+  daemon::Heartbeat heartbeat_;  // beaten by run(), read by /healthz: outlives http_
   std::unique_ptr<daemon::HttpServer> http_;
   daemon::RecordStore store_;
   degrade::Monitor degradation_;  // fed every finished record; alerts go to the same sink
@@ -480,6 +525,7 @@ class Agent {
     pipeline_->reconcile(now, [cap](std::uint64_t sock) { return cap->knows(sock); });
   }
   std::uint64_t drops_seen_ = 0;
+  std::vector<std::string> missing_capabilities_;  // capture/privileges.h names, for /metrics
 
   // What `infertap status` shows: refreshed by this thread, read by API threads.
   std::mutex status_mu_;

@@ -4,7 +4,7 @@
 Parses every deploy/*.yaml, checks kinds and apiVersions, cross-references
 (namespace, service account, ConfigMap, ports, host paths) and pins the
 DaemonSet's privileges to the documented set: capabilities add exactly
-BPF + PERFMON, drop ALL, not privileged, read-only root filesystem.
+BPF, PERFMON, SYS_ADMIN, SYS_PTRACE, DAC_READ_SEARCH, drop ALL, not privileged, read-only root filesystem.
 The embedded config.yaml is parsed here as YAML; the agent's own parser checks
 it in tests/unit/daemon_config_test.cpp.
 
@@ -25,7 +25,7 @@ DEPLOY = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "deploy")
 
 NAMESPACE = "infertap"
 METRICS_PORT = 9464
-CAPS_ADD = {"BPF", "PERFMON"}
+CAPS_ADD = {"BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"}
 KINDS = {  # kind -> apiVersion
     "Namespace": "v1",
     "ServiceAccount": "v1",

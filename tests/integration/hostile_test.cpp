@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -19,10 +20,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/escape.h"
 #include "daemon/api.h"
 #include "support/http_load.h"
 #include "support/live_test.h"
 #include "support/process.h"
+#include "support/test_certificate.h"
 
 namespace infertap {
 namespace {
@@ -39,12 +42,15 @@ class Hostile : public testing::LiveTest {
 
   // infertapd tracing port_ with its API in the scratch dir and its metrics
   // on metrics_port_; `extra` appended. Returns once it has attached.
-  void start_daemon(std::vector<std::string> extra = {}, const std::string& output = "") {
+  // `wrapper`: a command the daemon runs under (setpriv with fewer capabilities).
+  void start_daemon(std::vector<std::string> extra = {}, const std::string& output = "",
+                    std::vector<std::string> wrapper = {}) {
     metrics_port_ = testing::free_port();
     std::vector<std::string> argv = {build_dir() + "/infertapd", "--port", std::to_string(port_), "--socket",
                                      path("api.sock"), "--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_),
                                      "--ready-file", path("ready"), "-o", output.empty() ? path("records.ndjson") : output};
     argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.insert(argv.begin(), wrapper.begin(), wrapper.end());
     auto d = Process::spawn(argv, path("daemon.log"));
     ASSERT_TRUE(d);
     daemon_.emplace(std::move(*d));
@@ -66,6 +72,14 @@ class Hostile : public testing::LiveTest {
   }
 
   json status() { return daemon::ApiClient(path("api.sock")).request({{"cmd", "status"}}); }
+
+  // A client run to its end; it must exit 0. Its output: client.out.
+  void run_client(const std::vector<std::string>& argv) {
+    auto client = Process::spawn(argv, path("client.out"));
+    ASSERT_TRUE(client);
+    const auto st = client->wait(30s);
+    ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_file(path("client.out"));
+  }
 
   std::uint16_t metrics_port_ = 0;
   std::optional<Process> daemon_;
@@ -129,14 +143,10 @@ TEST_F(Hostile, NoSecretOfARequestReachesAnyOutput) {
   ASSERT_TRUE(testing::wait_for_text(path("server.out"), "listening", 5s)) << read_file(path("server.out"));
   const std::string target = std::string("/v1/u/sk-proj-") + kSecrets[1] + "/chat/completions?api_key=" + kSecrets[0] +
                              "&stream=1";
-  auto client = Process::spawn({build_dir() + "/sample-client", "--port", std::to_string(port_), "--path", target,
-                                "--authorization", std::string("Bearer ") + kSecrets[2], "--prompt",
-                                std::string("tell me ") + kSecrets[3], "--concurrency", "2", "--requests", "3",
-                                "--model", "privacy-model"},
-                               path("client.out"));
-  ASSERT_TRUE(client);
-  const auto cst = client->wait(30s);
-  ASSERT_TRUE(cst && WIFEXITED(*cst) && WEXITSTATUS(*cst) == 0) << read_file(path("client.out"));
+  ASSERT_NO_FATAL_FAILURE(run_client({build_dir() + "/sample-client", "--port", std::to_string(port_), "--path",
+                                      target, "--authorization", std::string("Bearer ") + kSecrets[2], "--prompt",
+                                      std::string("tell me ") + kSecrets[3], "--concurrency", "2", "--requests", "3",
+                                      "--model", "privacy-model"}));
   std::this_thread::sleep_for(2500ms);  // path settle, a degradation window, the status refresh
 
   std::vector<std::pair<std::string, std::string>> outputs;  // what, text
@@ -188,6 +198,144 @@ TEST_F(Hostile, NoSecretOfARequestReachesAnyOutput) {
   EXPECT_EQ(st.st_mode & 0777, 0600u) << "the output file is the agent's alone";
 }
 
+// ---- tenant text cannot forge output ------------------------------------------------
+
+
+// A server whose process name (comm, from the name it was executed by)
+// carries a newline and ESC[2J: `infertap streams` has a row per stream, and
+// no output (streams, top, stats, status, /metrics, the daemon's log) carries
+// a raw control character or a line that starts with the forged text (before:
+// the row split in two and a scrape carried the ESC).
+TEST_F(Hostile, AProcessNameWithANewlineAndEscForgesNoOutput) {
+  start_daemon();
+  const std::string link = path("a\nFORGED\x1b[2J");
+  const std::string target = std::filesystem::absolute(build_dir() + "/sample-server");
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  auto server = Process::spawn({link, "--port", std::to_string(port_), "--ttft-ms", "5", "--itl-ms", "2", "--tokens", "6"},
+                               path("server.out"));
+  ASSERT_TRUE(server);
+  ASSERT_TRUE(testing::wait_for_text(path("server.out"), "listening", 5s)) << read_file(path("server.out"));
+  ASSERT_NO_FATAL_FAILURE(
+      run_client({build_dir() + "/sample-client", "--port", std::to_string(port_), "--requests", "2", "--tokens", "6"}));
+  std::this_thread::sleep_for(1500ms);  // the status refresh
+
+  const auto records = cli({"streams", "-o", "json"});
+  ASSERT_EQ(records.first, 0) << records.second;
+  std::size_t count = 0, named = 0;
+  std::istringstream lines(records.second);
+  for (std::string line; std::getline(lines, line); ++count) {
+    const json r = json::parse(line, nullptr, false);
+    named += r.is_object() && r.value("comm", "") == "a\nFORGED\x1b[2J";
+  }
+  ASSERT_GE(named, 2u) << "the server's streams, under its own name: " << records.second;
+  std::vector<std::pair<std::string, std::string>> outputs;  // what, text
+  const auto streams = cli({"streams"});
+  EXPECT_EQ(std::count(streams.second.begin(), streams.second.end(), '\n'), static_cast<long>(count + 1))
+      << "a header and a row per stream:\n" << streams.second;
+  EXPECT_NE(streams.second.find("a\\nFORGED\\x1b[2J"), std::string::npos) << streams.second;
+  outputs.emplace_back("infertap streams", streams.second);
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"top", "--once"}, {"stats", "--by", "process"}, {"status"}, {"streams", "--live"}}) {
+    outputs.emplace_back("infertap " + args[0], cli(args).second);
+  }
+  const testing::Timed metrics = testing::timed_get(metrics_port_, "/metrics", 5s);
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("process=\"a\\nFORGED\\\\x1b[2J\""), std::string::npos) << "escaped, still there";
+  outputs.emplace_back("/metrics", metrics.body);
+  server->stop(5s);
+  stop_daemon();
+  outputs.emplace_back("infertapd log", read_file(path("daemon.log")));
+  for (const auto& [what, text] : outputs) {
+    EXPECT_FALSE(base::has_unsafe(text, true)) << what << ":\n" << text.substr(0, 3000);
+    EXPECT_EQ(text.rfind("FORGED", 0), std::string::npos) << what;
+    EXPECT_EQ(text.find("\nFORGED"), std::string::npos) << what << ":\n" << text.substr(0, 3000);
+  }
+}
+
+// ---- an agent short of privileges says so ---------------------------------------------
+
+// The DaemonSet's old pair, CAP_BPF + CAP_PERFMON: the capture attaches, and
+// the log, `infertap status` and /metrics name each capability TLS capture
+// lacks and what will not work (before: 0 of 6 HTTPS streams, no word why).
+TEST_F(Hostile, AnAgentWithoutTheTlsCapabilitiesSaysWhatItLacks) {
+  start_daemon({}, "", {"/usr/bin/setpriv", "--bounding-set=-all,+bpf,+perfmon", "--inh-caps=-all", "--"});
+  const json privileges = status().value("privileges", json::object());
+  const testing::Timed metrics = testing::timed_get(metrics_port_, "/metrics", 5s);
+  const auto [rc, text] = cli({"status"});
+  stop_daemon();
+  const std::string log = read_file(path("daemon.log"));
+  for (const char* cap : {"CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH", "CAP_CHECKPOINT_RESTORE"}) {
+    EXPECT_NE(log.find(std::string("infertapd: ") + cap + " missing: "), std::string::npos) << cap << "\n" << log;
+    EXPECT_NE(privileges.dump().find(std::string(cap) + " missing: "), std::string::npos) << privileges.dump();
+    EXPECT_NE(text.find(std::string(cap) + " missing: "), std::string::npos) << text;
+    EXPECT_NE(metrics.body.find(std::string("infertap_capability_missing{capability=\"") + cap + "\"} 1"),
+              std::string::npos)
+        << cap;
+  }
+  EXPECT_EQ(log.find("CAP_BPF missing"), std::string::npos) << "plaintext capture loads: " << log;
+  EXPECT_NE(log.find("/proc/PID/map_files refused"), std::string::npos) << log;
+}
+
+// The path of a library this test binary has mapped ("libssl.so"), "" if none.
+std::string mapped_library(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const std::size_t at = line.find('/');
+    if (at != std::string::npos && line.find("/" + name, at) != std::string::npos) return line.substr(at);
+  }
+  return "";
+}
+
+// `file` owned by nobody, with `mode`.
+void give_to_nobody(const std::string& file, mode_t mode) {
+  ASSERT_EQ(chown(file.c_str(), 65534, 65534), 0) << file;
+  ASSERT_EQ(chmod(file.c_str(), mode), 0) << file;
+}
+
+// Exactly the DaemonSet's capabilities: the TLS streams of another user's
+// processes, whose libssl is a copy in a directory only that user may read,
+// are recorded, and nothing is said missing (with CAP_BPF + CAP_PERFMON
+// alone: 0 of 6 and no word why; without CAP_DAC_READ_SEARCH: 0 of 6).
+TEST_F(Hostile, TheDeployedCapabilitiesCaptureAnotherUsersPrivateTls) {
+  ASSERT_EQ(chmod(scratch_->path().c_str(), 0711), 0);
+  const std::string home = path("nobody"), lib = home + "/lib";
+  ASSERT_EQ(mkdir(home.c_str(), 0700), 0);
+  ASSERT_EQ(mkdir(lib.c_str(), 0700), 0);
+  ASSERT_EQ(testing::make_localhost_certificate(home + "/key.pem", home + "/cert.pem", path("openssl.log")), "");
+  for (const char* name : {"libssl.so", "libcrypto.so"}) {
+    const std::filesystem::path from = mapped_library(name);
+    ASSERT_FALSE(from.empty()) << name;
+    std::filesystem::copy_file(from, lib / from.filename());
+    give_to_nobody(lib + "/" + from.filename().string(), 0500);
+  }
+  for (const char* file : {"/key.pem", "/cert.pem"}) give_to_nobody(home + file, 0400);
+  for (const std::string& d : {lib, home}) give_to_nobody(d, 0700);
+  start_daemon({}, "", {"/usr/bin/setpriv", "--bounding-set=-all,+bpf,+perfmon,+sys_admin,+sys_ptrace,+dac_read_search",
+                        "--inh-caps=-all", "--"});
+  const std::string peer = std::filesystem::absolute("tests/support/tls_peer.py");
+  const std::vector<std::string> as_nobody = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                              "/usr/bin/env", "LD_LIBRARY_PATH=" + lib, "/usr/bin/python3", peer};
+  std::vector<std::string> server_argv = as_nobody;
+  server_argv.insert(server_argv.end(), {"server", "--port", std::to_string(port_), "--cert", home + "/cert.pem", "--key",
+                                         home + "/key.pem", "--ttft-ms", "5", "--itl-ms", "5"});
+  auto server = Process::spawn(server_argv, path("server.out"));
+  ASSERT_TRUE(server);
+  ASSERT_TRUE(testing::wait_for_text(path("server.out"), "listening", 10s)) << read_file(path("server.out"));
+  std::vector<std::string> client_argv = as_nobody;
+  client_argv.insert(client_argv.end(), {"client", "--port", std::to_string(port_), "--tokens", "5", "--requests", "3"});
+  ASSERT_NO_FATAL_FAILURE(run_client(client_argv));
+  std::this_thread::sleep_for(1500ms);
+  server->stop(5s);
+  stop_daemon();
+  const std::string log = read_file(path("daemon.log"));
+  std::size_t tls = 0;
+  std::istringstream records(read_file(path("records.ndjson")));
+  for (std::string line; std::getline(records, line);) tls += json::parse(line, nullptr, false).value("tls", false);
+  EXPECT_EQ(tls, 6u) << "3 streams, each seen by the server and the client:\n" << log;
+  EXPECT_NE(log.find(lib + "/libssl.so"), std::string::npos) << "the private copy was probed:\n" << log;
+  EXPECT_EQ(log.find(" missing: "), std::string::npos) << log;
+}
+
 // ---- loss is always counted and said -----------------------------------------------
 
 // A FIFO whose reader stopped: every record is either written (the reader
@@ -205,12 +353,8 @@ TEST_F(Hostile, EveryLineTheOutputDropsIsCountedAndSaid) {
                                path("server.out"));
   ASSERT_TRUE(server);
   ASSERT_TRUE(testing::wait_for_text(path("server.out"), "listening", 5s));
-  auto client = Process::spawn({build_dir() + "/sample-client", "--port", std::to_string(port_), "--concurrency", "5",
-                                "--requests", "10", "--tokens", "32"},
-                               path("client.out"));
-  ASSERT_TRUE(client);
-  const auto cst = client->wait(30s);
-  ASSERT_TRUE(cst && WIFEXITED(*cst) && WEXITSTATUS(*cst) == 0) << read_file(path("client.out"));
+  ASSERT_NO_FATAL_FAILURE(run_client({build_dir() + "/sample-client", "--port", std::to_string(port_), "--concurrency",
+                                      "5", "--requests", "10", "--tokens", "32"}));
   std::this_thread::sleep_for(1500ms);
   server->stop(5s);
   stop_daemon();

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "daemon/http_server.h"
 #include "daemon/web_security.h"
 #include "support/http_load.h"
@@ -194,6 +195,40 @@ TEST(Endpoint, ASeparateHealthAddressServesHealthOnly) {
   EXPECT_EQ(timed_get(s->health_port(), "/metrics", 1s).status, 404);
   EXPECT_EQ(timed_get(s->port(), "/metrics", 1s).status, 200);
   EXPECT_EQ(timed_get(s->port(), "/healthz", 1s).status, 200);
+}
+
+// ---- a stuck capture loop ------------------------------------------------------------
+
+constexpr std::uint64_t kSec = 1'000'000'000;
+
+// The decision, on a fake clock: silent longer than the bound is stuck.
+TEST(Health, ALoopSilentLongerThanTheBoundIsStuck) {
+  const auto bound = std::chrono::seconds(10);
+  EXPECT_EQ(health_of(100 * kSec, 105 * kSec, bound).status, 200);
+  EXPECT_EQ(health_of(100 * kSec, 110 * kSec, bound).status, 200) << "at the bound: still healthy";
+  const HealthAnswer stuck = health_of(100 * kSec, 112 * kSec + kSec / 2, bound);
+  EXPECT_EQ(stuck.status, 503);
+  EXPECT_EQ(stuck.body, "stuck: the capture loop has not run for 12.5 s (bound 10.0 s)\n");
+  EXPECT_EQ(health_of(0, 500 * kSec, bound).status, 200) << "not beating yet: the capture is opening";
+  EXPECT_EQ(health_of(100 * kSec, 99 * kSec, bound).status, 200) << "a beat newer than the reading";
+}
+
+// The endpoint follows the heartbeat it watches: 200 while it beats, 503 with the reason once it stops.
+TEST(Health, HealthzAnswers503WhileTheWatchedLoopIsStuck) {
+  HttpOptions o;
+  o.stuck_after = 300ms;
+  auto s = serve(o);
+  Heartbeat heartbeat;
+  s->watch(&heartbeat);
+  EXPECT_EQ(timed_get(s->port(), "/healthz", 1s).status, 200) << "not beating yet";
+  heartbeat.beat(base::monotonic_ns());
+  EXPECT_EQ(timed_get(s->port(), "/healthz", 1s).status, 200);
+  std::this_thread::sleep_for(500ms);
+  const testing::Timed stuck = timed_get(s->port(), "/healthz", 1s);
+  EXPECT_EQ(stuck.status, 503);
+  EXPECT_NE(stuck.body.find("stuck: the capture loop has not run for"), std::string::npos) << stuck.body;
+  heartbeat.beat(base::monotonic_ns());
+  EXPECT_EQ(timed_get(s->port(), "/healthz", 1s).status, 200) << "beating again";
 }
 
 // ---- web configuration ----------------------------------------------------------

@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/escape.h"
 #include "core/labels.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
@@ -493,6 +494,42 @@ TEST(MetricsRegistry, EscapingRoundTrips) {
                      with(with(with(kSample, "model", model), "route", "/x?" "?/y"), "end", "complete")),
             1);
   EXPECT_EQ(escape_label_value("\\\"\n"), "\\\\\\\"\\n");
+}
+
+
+// A model and a process name carrying ESC[2J, NUL, a newline, a C1 CSI and a
+// byte that is not UTF-8: the scrape still parses, no raw control character
+// is in it, and the values read as printable escapes.
+TEST(MetricsRegistry, ControlCharactersInLabelValuesNeverReachAScrape) {
+  EXPECT_EQ(escape_label_value("a\x1b[2Jb"), "a\\\\x1b[2Jb");
+  EXPECT_EQ(escape_label_value(std::string("n\0l", 3)), "n\\\\x00l");
+  EXPECT_EQ(escape_label_value("c\xc2\x9b"), "c\\\\u009b");
+  EXPECT_EQ(escape_label_value("bad\xff"), "bad\\\\xff");
+  EXPECT_EQ(escape_label_value("x\ny\"z"), "x\\ny\\\"z") << "the exposition's own escapes stay";
+  MetricsRegistry reg;
+  const std::string evil("m\x1b[2J\0\n\xc2\x9b\xff", 10);
+  reg.observe(make_record({.model = evil, .comm = evil, .ttft_ns = kMs}));
+  reg.set_load({{evil, 1, 0}});
+  const std::string text = reg.render();
+  EXPECT_FALSE(base::has_unsafe(text, true)) << text;
+  const Exposition e = parse_exposition(text);
+  const std::string read_back = "m\\x1b[2J\\x00\n\\u009b?";  // the invalid byte was '?' already
+  EXPECT_EQ(value_of(e, "infertap_streams_total",
+                     with(with(with(kSample, "model", read_back), "process", read_back), "end", "complete")),
+            1)
+      << text;
+}
+
+TEST(MetricsRegistry, MissingCapabilitiesAreASeriesEach) {
+  MetricsRegistry reg;
+  reg.set_self({}, {}, {}, SelfExtra{.missing_capabilities = {"CAP_SYS_ADMIN", "CAP_SYS_PTRACE"}});
+  const Exposition e = parse_exposition(reg.render());
+  EXPECT_EQ(value_of(e, "infertap_capability_missing", {{"capability", "CAP_SYS_ADMIN"}}), 1);
+  EXPECT_EQ(value_of(e, "infertap_capability_missing", {{"capability", "CAP_SYS_PTRACE"}}), 1);
+  EXPECT_EQ(e.types.at("infertap_capability_missing"), "gauge");
+  MetricsRegistry none;
+  none.set_self({}, {}, {}, {});
+  EXPECT_EQ(none.render().find("infertap_capability_missing{"), std::string::npos);
 }
 
 TEST(MetricsRegistry, LongLabelValuesAreCut) {

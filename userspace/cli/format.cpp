@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "base/escape.h"
 #include "core/labels.h"
 
 namespace infertap::cli {
@@ -17,11 +18,13 @@ using json = nlohmann::json;
 const char* const kSpark[8] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
 const char* const kEighths[8] = {"▏", "▎", "▍", "▌", "▋", "▊", "▉", "█"};
 
+// Every text cell comes from here: a tenant's process name, path or model
+// is made printable, so it cannot split a row or reach the terminal raw.
 std::string str(const json& j, const char* key, const char* fallback = "") {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  if (it->is_string()) return it->get<std::string>();
-  return it->dump();
+  if (it->is_string()) return base::printable(it->get<std::string>());
+  return base::printable(it->dump());
 }
 
 std::uint64_t u64(const json& j, const char* key) {
@@ -35,7 +38,7 @@ std::uint64_t u64(const json& j, const char* key) {
 std::string num(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return "-";
-  return it->dump();
+  return base::printable(it->dump());  // a string where a number belongs is a tenant's, too
 }
 
 std::string fixed(double v, int decimals) {
@@ -434,17 +437,18 @@ namespace {
 void flatten(const json& j, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
   if (j.is_object()) {
     for (auto it = j.begin(); it != j.end(); ++it) {
-      flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+      const std::string key = base::printable(it.key());
+      flatten(it.value(), prefix.empty() ? key : prefix + "." + key, out);
     }
     return;
   }
   if (j.is_array() && std::all_of(j.begin(), j.end(), [](const json& v) { return v.is_string(); })) {
     std::string joined;
-    for (const json& v : j) joined += (joined.empty() ? "" : "; ") + v.get<std::string>();
+    for (const json& v : j) joined += (joined.empty() ? "" : "; ") + base::printable(v.get<std::string>());
     out.emplace_back(prefix, joined.empty() ? "-" : joined);
     return;
   }
-  out.emplace_back(prefix, j.is_string() ? j.get<std::string>() : j.dump());
+  out.emplace_back(prefix, base::printable(j.is_string() ? j.get<std::string>() : j.dump()));
 }
 
 }  // namespace
@@ -479,7 +483,7 @@ std::string cohort_text(const json& c) {
                     str(c, "vantage", "-") + " " + str(c, "length_class", "-");
   // Load bands, when the dimensions are on.
   for (const char* band : {"concurrency_band", "input_band"}) {
-    if (c.contains(band) && c[band].is_string()) out += " " + c[band].get<std::string>();
+    if (c.contains(band) && c[band].is_string()) out += " " + str(c, band);
   }
   return out;
 }
@@ -501,8 +505,8 @@ std::string reviews_text(const json& reviews) {
   for (const json& r : reviews) {
     std::string what;
     for (const json& f : r.value("changed", json::array())) {
-      const std::string field = f.get<std::string>();
-      what += (what.empty() ? "" : ", ") + field + " " + str(r.value("from", json::object()), field.c_str(), "-") +
+      const std::string field = f.is_string() ? f.get<std::string>() : f.dump();
+      what += (what.empty() ? "" : ", ") + base::printable(field) + " " + str(r.value("from", json::object()), field.c_str(), "-") +
               " -> " + str(r.value("to", json::object()), field.c_str(), "-");
     }
     out += "  review " + str(r, "review_id", "-") + " " + str(r, "state", "-") + ": " + what + " (" +

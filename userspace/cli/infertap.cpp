@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "base/escape.h"
 #include "cli/format.h"
 #include "daemon/api.h"
 #include "output/format.h"
@@ -24,6 +25,8 @@ using json = nlohmann::json;
 using infertap::daemon::ApiClient;
 using infertap::daemon::ApiError;
 using infertap::daemon::ApiErrorKind;
+using infertap::base::EscapeForm;
+using infertap::base::printable;
 using infertap::output::dump;
 namespace cli = infertap::cli;
 
@@ -87,11 +90,14 @@ Commands add_commands(CLI::App& app, Options& o) {
   return c;
 }
 
+// -o json and watch: JSON escapes C0 controls itself, C1 controls and DEL it leaves raw.
+std::string json_text(const json& j) { return printable(dump(j), EscapeForm::json); }
+
 // Sends one request; prints the daemon's error and returns nullopt when it failed.
 std::optional<json> call(ApiClient& client, const json& request) {
   json response = client.request(request);
   if (!response.value("ok", false)) {
-    std::cerr << "infertap: " << response.value("error", std::string("request failed")) << "\n";
+    std::cerr << "infertap: " << printable(response.value("error", std::string("request failed"))) << "\n";
     return std::nullopt;
   }
   response.erase("ok");
@@ -102,7 +108,7 @@ std::optional<json> call(ApiClient& client, const json& request) {
 int print_response(ApiClient& client, const json& request, const Options& o, std::string (*text)(const json&)) {
   const auto r = call(client, request);
   if (!r) return kExitFailed;
-  std::cout << (o.as_json() ? dump(*r) + "\n" : text(*r));
+  std::cout << (o.as_json() ? json_text(*r) + "\n" : text(*r));
   return kExitOk;
 }
 
@@ -111,7 +117,7 @@ int run_streams(ApiClient& client, const Options& o) {
   if (!r) return kExitFailed;
   const json& list = o.live ? (*r)["live"] : (*r)["streams"];
   if (o.as_json()) {
-    for (const json& item : list) std::cout << dump(item) << "\n";
+    for (const json& item : list) std::cout << json_text(item) << "\n";
   } else {
     std::cout << (o.live ? cli::format_live(list) : cli::format_streams(list));
   }
@@ -122,7 +128,7 @@ int run_show(ApiClient& client, const Options& o) {
   auto r = call(client, {{"cmd", "show"}, {"id", o.id}});
   if (!r) return kExitFailed;
   if (o.as_json()) {
-    std::cout << dump((*r)["record"]) << "\n";
+    std::cout << json_text((*r)["record"]) << "\n";
     return kExitOk;
   }
   cli::FormatOptions format;
@@ -141,7 +147,7 @@ int run_top(const Options& o) {
     auto r = call(client, {{"cmd", "top"}, {"window_s", o.window}});
     if (!r) return kExitFailed;
     if (o.as_json()) {
-      std::cout << dump(*r) << "\n";
+      std::cout << json_text(*r) << "\n";
     } else {
       if (tty && !o.once) std::cout << "\x1b[H\x1b[2J";
       std::cout << cli::format_top(*r);
@@ -162,7 +168,7 @@ int run_watch(ApiClient& client, const Options& o) {
   }
   const json ack_json = json::parse(*ack, nullptr, false);
   if (!ack_json.is_object() || !ack_json.value("ok", false)) {
-    std::cerr << "infertap: " << (ack_json.is_object() ? ack_json.value("error", *ack) : *ack) << "\n";
+    std::cerr << "infertap: " << printable(ack_json.is_object() ? ack_json.value("error", *ack) : *ack) << "\n";
     return kExitFailed;
   }
   while (auto line = client.read_line()) {
@@ -172,7 +178,7 @@ int run_watch(ApiClient& client, const Options& o) {
                 << " records dropped\n";
       continue;
     }
-    std::cout << *line << "\n";
+    std::cout << printable(*line, EscapeForm::json) << "\n";  // as json_text()
     std::cout.flush();
     if (!std::cout) return kExitOk;  // stdout closed (e.g. | head)
   }
@@ -204,7 +210,7 @@ int exit_code_of(const ApiError& e, const std::string& socket_path) {
     case ApiErrorKind::io:
       break;
   }
-  std::cerr << "infertap: " << e.what() << "\n";
+  std::cerr << "infertap: " << printable(e.what()) << "\n";
   return kExitFailed;
 }
 

@@ -12,12 +12,14 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <list>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/host_port.h"
 #include "daemon/http_request.h"
 #include "daemon/metrics.h"
@@ -230,6 +232,7 @@ struct HttpServer::Impl {
   std::uint64_t next_id = 1;
   std::int64_t accepts_paused_until_ns = 0;  // out of descriptors: listeners not polled until then
   std::atomic<bool> ready{false}, stopping{false};
+  std::atomic<const Heartbeat*> heartbeat{nullptr};
   bool stopped = false;
   std::thread thread;
   mutable std::mutex counters_mu;
@@ -238,6 +241,7 @@ struct HttpServer::Impl {
   ~Impl() { shutdown(); }
   void shutdown();
   void run();
+  void answer_health(Conn& c);
   void poll_once();
   void accept_from(const Listener& l, std::int64_t now);
   bool make_room(bool reserved = false);
@@ -449,7 +453,7 @@ void HttpServer::Impl::route(Conn& c, const RequestHead& head, std::int64_t now)
   }
   c.head_only = head.method == "HEAD";
   if (head.path == "/healthz") {
-    answer(c, 200, "ok\n");
+    answer_health(c);
   } else if (head.path == "/readyz") {
     ready.load() ? answer(c, 200, "ready\n") : answer(c, 503, "not ready\n");
   } else if (head.path == "/metrics" && c.metrics && c.reserve) {
@@ -608,6 +612,22 @@ bool parse_listen_address(std::string_view address, std::string* host, std::uint
   return true;
 }
 
+HealthAnswer health_of(std::uint64_t last_beat_ns, std::uint64_t now_ns, std::chrono::nanoseconds stuck_after) {
+  const auto silent = static_cast<std::int64_t>(now_ns - last_beat_ns);
+  if (last_beat_ns == 0 || now_ns <= last_beat_ns || silent <= stuck_after.count()) return {200, "ok\n"};
+  char body[160];
+  std::snprintf(body, sizeof body, "stuck: the capture loop has not run for %.1f s (bound %.1f s)\n", silent / 1e9,
+                static_cast<double>(stuck_after.count()) / 1e9);
+  return {503, body};
+}
+
+void HttpServer::Impl::answer_health(Conn& c) {
+  const Heartbeat* watched = heartbeat.load();
+  HealthAnswer health = watched ? health_of(watched->last_ns(), base::monotonic_ns(), options.stuck_after)
+                                : HealthAnswer{200, "ok\n"};
+  answer(c, health.status, std::move(health.body));
+}
+
 HttpOptions http_options(const DaemonConfig& config) {
   HttpOptions o;
   o.listen = config.metrics.listen;
@@ -683,6 +703,7 @@ const std::string& HttpServer::host() const {
 std::uint16_t HttpServer::health_port() const { return impl_->listeners.size() > 1 ? impl_->listeners[1].port : 0; }
 bool HttpServer::tls() const { return impl_->tls != nullptr; }
 void HttpServer::set_ready(bool ready) { impl_->ready.store(ready); }
+void HttpServer::watch(const Heartbeat* heartbeat) { impl_->heartbeat.store(heartbeat); }
 bool HttpServer::ready() const { return impl_->ready.load(); }
 
 HttpCounters HttpServer::counters() const {

@@ -1,6 +1,7 @@
 // The agent's HTTP endpoint (docs/prometheus.md):
 //   GET /metrics  Prometheus text format 0.0.4
-//   GET /healthz  200 while the server runs
+//   GET /healthz  200 while the server runs and the capture loop it watches
+//                 (watch()) beat within stuck_after; else 503 saying how long
 //   GET /readyz   200 once set_ready(true), else 503
 //
 // It listens on all interfaces without credentials by default, as exporters
@@ -18,6 +19,7 @@
 // (daemon/web_security.h).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -46,7 +48,32 @@ struct HttpOptions {
   std::size_t max_header_bytes = 8192;  // request line and headers
   int backlog = 1024;                   // listen(2) queue (the kernel caps it at net.core.somaxconn)
   std::string web_config_file;          // "" = no TLS, no credentials (daemon/web_security.h)
+  // /healthz answers 503 once the watched loop has not beaten for this long:
+  // a capture thread stuck (an OOM spiral, a handler that never returns)
+  // gets the pod restarted instead of reporting healthy.
+  std::chrono::milliseconds stuck_after{10000};
 };
+
+// The capture loop's sign of life: the monotonic time of its last iteration.
+// The loop beats; the endpoint's thread reads, without a lock.
+class Heartbeat {
+ public:
+  void beat(std::uint64_t now_ns) { last_ns_.store(now_ns, std::memory_order_relaxed); }
+  std::uint64_t last_ns() const { return last_ns_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint64_t> last_ns_{0};  // 0: not beating yet
+};
+
+struct HealthAnswer {
+  int status = 200;
+  std::string body;
+};
+
+// /healthz: 200 while the loop beat within `stuck_after` of now, or has not
+// started (0: the capture is still opening, which /readyz tells); else 503
+// with how long the loop has been silent.
+HealthAnswer health_of(std::uint64_t last_beat_ns, std::uint64_t now_ns, std::chrono::nanoseconds stuck_after);
 
 // metrics.* of a daemon configuration.
 HttpOptions http_options(const DaemonConfig& config);
@@ -96,6 +123,8 @@ class HttpServer {
 
   void set_ready(bool ready);
   bool ready() const;
+  // /healthz follows this loop from now on (options.stuck_after); it must outlive the server.
+  void watch(const Heartbeat* heartbeat);
   HttpCounters counters() const;
 
   // Stops listening, closes every connection and joins the threads. Idempotent.

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/escape.h"
 #include "daemon/stream_families.h"
 
 namespace infertap::daemon {
@@ -278,6 +279,11 @@ void write_self_metrics(Writer& w, const State& s) {
   });
   w.family("infertap_tracked_connections", "gauge", "Connections the pipeline is following now.");
   w.sample("infertap_tracked_connections", {}, s.extra.tracked_connections);
+  w.family("infertap_capability_missing", "gauge",
+           "1 per capability the capture lacks: part of it does not work (infertap status: privileges).");
+  for (const std::string& name : s.extra.missing_capabilities) {
+    w.sample("infertap_capability_missing", {{"capability", name}}, std::uint64_t{1});
+  }
   s.sink.for_each([&](const base::Counter& c) { write_table_counter(w, "infertap_sink_", c); });
   w.family("infertap_process_cpu_seconds_total", "counter", "User and system CPU time of the agent process.");
   w.sample_double("infertap_process_cpu_seconds_total", {}, process_cpu_seconds());
@@ -289,14 +295,27 @@ void write_self_metrics(Writer& w, const State& s) {
 
 // ---- helpers ---------------------------------------------------------------
 
+// The exposition format escapes only backslash, quote and newline. Any other
+// control character (ESC, NUL, C1) and any byte that is not UTF-8 is written
+// as base::printable writes it, its backslash doubled: the scraped value reads
+// "\x1b", and no raw control character reaches a scrape.
 std::string escape_label_value(std::string_view v) {
   std::string out;
   out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+  for (std::size_t i = 0; i < v.size();) {
+    const base::TextUnit u = base::next_unit(v, i);
+    if (!u.unsafe) {
+      for (char c : v.substr(i, u.size)) {
+        if (c == '\\') out += "\\\\";
+        else if (c == '"') out += "\\\"";
+        else out += c;
+      }
+    } else if (u.utf8 && u.code_point == '\n') {
+      out += "\\n";
+    } else {
+      out += '\\' + base::escape_of(u);
+    }
+    i += u.size;
   }
   return out;
 }

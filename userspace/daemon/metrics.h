@@ -78,6 +78,9 @@ struct ProcessLoadSample {
 // Values the registry cannot read itself, passed with the counter tables.
 struct SelfExtra {
   std::uint64_t tracked_connections = 0;  // Pipeline::connection_count()
+  // Names of the capabilities the capture lacks (capture/privileges.h):
+  // infertap_capability_missing{capability="CAP_SYS_PTRACE"} 1 each.
+  std::vector<std::string> missing_capabilities;
 };
 
 namespace metrics_detail {
@@ -211,7 +214,7 @@ class MetricsRegistry {
 };
 
 // Helpers, public for tests and for other exporters.
-std::string escape_label_value(std::string_view v);  // \ " newline
+std::string escape_label_value(std::string_view v);  // \ " newline; other controls as base::printable
 std::string format_double(double v);                 // shortest round trip; +Inf/-Inf/NaN
 // gen_ai.operation.name of a request path: "chat" (…/chat/completions,
 // …/messages, …/responses), "text_completion" (…/completions), else "unknown".
