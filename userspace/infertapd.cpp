@@ -182,7 +182,7 @@ std::vector<daemon::LiveStream> live_streams(const core::Pipeline& pipeline) {
     s.model = r.model;
     s.role = r.role;
     s.started_ns = r.request_start_ns ? r.request_start_ns : r.response_head_ns;
-    s.events = static_cast<std::uint32_t>(r.timeline.size());
+    s.events = static_cast<std::uint32_t>(r.timeline.size() + r.tail.events);  // events past the timeline bound too
     s.last_event_ns = r.last_event_ns;
     s.first_token_ns = r.first_token_ns;
     s.cgroup = r.conn.cgroup_path;

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "base/clock.h"
+#include "base/escape.h"
 #include "capture/abi_check.h"
 #include "infertap.skel.h"
 
@@ -46,10 +47,23 @@ std::string errstr(int err) {
   return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
 }
 
-// libbpf: drop debug and info chatter, keep warnings (verifier logs, attach errors).
+// libbpf: drop debug and info chatter, keep warnings (verifier logs, attach
+// errors). They may carry a tenant's file names: each line is escaped and
+// prefixed, so none can pass for the agent's own.
 int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
   if (level != LIBBPF_WARN) return 0;
-  return std::vfprintf(stderr, fmt, args);
+  char buf[4096];
+  const int n = std::vsnprintf(buf, sizeof(buf), fmt, args);
+  if (n < 0) return n;
+  std::string_view text(buf, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof(buf) - 1));
+  while (!text.empty()) {
+    const std::size_t end = text.find('\n');
+    const std::string line = base::log_line("libbpf", text.substr(0, end));
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+  return n;
 }
 
 void install_libbpf_print() {
