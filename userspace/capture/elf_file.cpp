@@ -39,8 +39,8 @@ std::string section_label(std::size_t index, const ElfSection& s) {
   return "section " + std::to_string(index) + (s.name.empty() ? "" : " (" + s.name + ")");
 }
 
-// A NUL-terminated name at `at` in a string table, at most the name cap;
-// nullopt-like empty + false when there is none.
+// The NUL-terminated name at `at` in a string table; false when the NUL is
+// not within the table or the name is longer than the cap.
 bool name_at(const std::vector<std::uint8_t>& table, std::uint64_t at, std::string_view* name) {
   if (at >= table.size()) return false;
   const std::size_t window = std::min<std::uint64_t>(kMaxSymbolNameLength + 1, table.size() - at);
@@ -110,14 +110,16 @@ class ZstdStep {
 }  // namespace
 
 ElfFile::ElfFile(int fd, std::chrono::nanoseconds cpu_budget)
-    : fd_(fd), cpu_deadline_(thread_cpu_time() + cpu_budget) {
+    : fd_(fd), cpu_budget_(cpu_budget), cpu_deadline_(thread_cpu_time() + cpu_budget) {
   error_ = read_headers();
   if (!error_.empty()) sections_.clear(), segments_.clear();
 }
 
 std::string ElfFile::over_budget() const {
   if (thread_cpu_time() <= cpu_deadline_) return "";
-  return "over the CPU budget of " + std::to_string(kElfCpuBudget.count()) + " ms for one file";
+  return "over the CPU budget of " +
+         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(cpu_budget_).count()) +
+         " ms for one file";
 }
 
 std::string ElfFile::read(std::uint64_t offset, std::uint64_t size, std::vector<std::uint8_t>& out) const {

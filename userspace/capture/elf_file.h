@@ -87,7 +87,7 @@ class ElfFile {
   int fd_;
   std::uint64_t file_size_ = 0;
   std::uint16_t machine_ = 0;
-  std::chrono::nanoseconds cpu_deadline_{0};
+  std::chrono::nanoseconds cpu_budget_, cpu_deadline_;
   std::vector<ElfSection> sections_;
   std::vector<ElfSegment> segments_;
   std::string error_;
