@@ -63,7 +63,7 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.cpp,$(OUT)/fuzz/%,$(FUZZ_SRCS))
 # The library sources they need are compiled once (instrumented, no main)
 # and linked into each.
 FUZZ_LIB_SRCS := $(filter userspace/base/% userspace/protocol/% userspace/core/%,$(LIB_SRCS)) userspace/capture/event.cpp \
-                 userspace/capture/proc_maps.cpp userspace/capture/elf_symbols.cpp userspace/capture/go_binary.cpp
+                 userspace/capture/proc_maps.cpp userspace/capture/elf_file.cpp userspace/capture/elf_symbols.cpp userspace/capture/go_binary.cpp
 FUZZ_LIB_OBJS := $(patsubst %.cpp,$(OUT)/fuzz/obj/%.o,$(FUZZ_LIB_SRCS))
 FUZZ_COMMON := -std=c++20 -O1 -g -fno-sanitize-recover=undefined -Iinclude -Iuserspace -I$(OUT)
 FUZZ_FLAGS := $(FUZZ_COMMON) -fsanitize=fuzzer,address,undefined

@@ -17,7 +17,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (fd < 0) return 0;
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, data, size, 0) != static_cast<ssize_t>(size)) return 0;
   static constexpr std::string_view kNames[] = {"SSL_write", "SSL_read", "SSL_write_ex", "SSL_read_ex", "dlopen"};
-  const auto found = infertap::capture::find_functions("/proc/self/fd/" + std::to_string(fd), kNames);
+  static infertap::capture::SymbolCache cache;
+  const auto found = infertap::capture::find_functions(fd, kNames, &cache);
   if (found.error.empty() && found.offsets.size() != std::size(kNames)) __builtin_trap();
+  for (std::uint64_t offset : found.offsets)
+    if (offset >= size) __builtin_trap();  // every offset lies inside the file
   return 0;
 }

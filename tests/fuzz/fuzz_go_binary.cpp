@@ -25,8 +25,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (fd < 0) return 0;
       if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, rest.data(), rest.size(), 0) != static_cast<ssize_t>(rest.size()))
         return 0;
-      const GoBinary b = inspect_go_binary("/proc/self/fd/" + std::to_string(fd));
+      const GoBinary b = inspect_go_binary(fd);
       if (b.problem.empty() && b.is_go && (b.write.returns.empty() || b.read.returns.empty())) __builtin_trap();
+      for (const GoFunction* f : {&b.write, &b.read})
+        for (std::uint64_t at : f->returns)
+          if (at < f->entry || at >= f->entry + f->size || at >= rest.size()) __builtin_trap();
       break;
     }
     case 1: {

@@ -2,8 +2,7 @@
 
 #include <capstone/capstone.h>
 #include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
+#include <elf.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,7 +12,7 @@
 #include <optional>
 #include <string_view>
 
-#include "capture/elf_symbols.h"
+#include "capture/elf_file.h"
 
 namespace infertap::capture {
 
@@ -24,72 +23,26 @@ constexpr std::string_view kReadName = "crypto/tls.(*Conn).Read";
 constexpr int kFirstRegisterAbiMinor = 17;  // Go 1.17: arguments and results in registers on amd64 and arm64
 constexpr std::uint32_t kArm64Ret = 0xd65f03c0;  // ret (x30)
 
-// An ELF file opened read-only; libelf maps it.
-class ElfFile {
- public:
-  explicit ElfFile(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
-    if (fd_ < 0) {
-      error_ = std::string("cannot open: ") + std::strerror(errno);
-      return;
-    }
-    if (elf_version(EV_CURRENT) == EV_NONE) {
-      error_ = "libelf is unusable";
-      return;
-    }
-    elf_ = elf_begin(fd_, ELF_C_READ_MMAP, nullptr);
-    if (!elf_ || elf_kind(elf_) != ELF_K_ELF) error_ = "not an ELF file";
-  }
-  ~ElfFile() {
-    if (elf_) elf_end(elf_);
-    if (fd_ >= 0) ::close(fd_);
-  }
-  ElfFile(const ElfFile&) = delete;
-  ElfFile& operator=(const ElfFile&) = delete;
-  Elf* get() const { return error_.empty() ? elf_ : nullptr; }
-  const std::string& error() const { return error_; }
+constexpr std::uint64_t kMaxPclntabBytes = 256ull << 20;
+constexpr std::uint64_t kMaxFunctionBytes = 256 << 10;
+constexpr std::size_t kMaxReturns = 64;
+constexpr std::uint64_t kBuildinfoHeadBytes = 4096;  // header, then a version of at most 64 bytes
 
- private:
-  int fd_ = -1;
-  Elf* elf_ = nullptr;
-  std::string error_;
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
 };
 
-struct Section {
-  std::uint64_t addr = 0;
-  std::span<const std::uint8_t> bytes;  // empty: absent (or SHT_NOBITS)
-};
-
-Section section_bytes(Elf_Scn* scn, const GElf_Shdr& sh) {
-  Elf_Data* data = sh.sh_type == SHT_NOBITS ? nullptr : elf_rawdata(scn, nullptr);
-  if (!data || !data->d_buf) return {};
-  return {sh.sh_addr, {static_cast<const std::uint8_t*>(data->d_buf), data->d_size}};
-}
-
-Section find_section(Elf* elf, std::string_view name) {
-  std::size_t names = 0;
-  if (elf_getshdrstrndx(elf, &names) != 0) return {};
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr sh;
-    if (!gelf_getshdr(scn, &sh)) continue;
-    const char* n = elf_strptr(elf, names, sh.sh_name);
-    if (n && name == n) return section_bytes(scn, sh);
-  }
-  return {};
-}
-
-// `size` bytes at a virtual address, from the allocated section holding them.
-std::span<const std::uint8_t> bytes_at(Elf* elf, std::uint64_t vaddr, std::uint64_t size) {
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr sh;
-    if (!gelf_getshdr(scn, &sh) || !(sh.sh_flags & SHF_ALLOC) || vaddr < sh.sh_addr ||
-        vaddr - sh.sh_addr >= sh.sh_size)
-      continue;
-    const Section s = section_bytes(scn, sh);
-    const std::uint64_t at = vaddr - sh.sh_addr;
-    if (at > s.bytes.size() || s.bytes.size() - at < size) return {};
-    return s.bytes.subspan(at, size);
-  }
-  return {};
+// The first `max` bytes of a named section (uncompressed); empty when absent.
+std::vector<std::uint8_t> section_head(const ElfFile& file, std::string_view name, std::uint64_t max) {
+  const ElfSection* s = file.section(name);
+  std::vector<std::uint8_t> out;
+  if (!s || s->type == SHT_NOBITS || (s->flags & SHF_COMPRESSED) ||
+      !file.read(s->offset, std::min(max, s->size), out).empty())
+    return {};
+  return out;
 }
 
 // Little-endian unsigned of `width` bytes at `at`; nullopt past the end.
@@ -102,7 +55,7 @@ std::optional<std::uint64_t> read_le(std::span<const std::uint8_t> b, std::uint6
 
 // .go.buildinfo: a 32-byte header, then (Go 1.18+, flag 2) the version as a
 // varint-prefixed string, or (Go 1.13-1.17) a pointer to a Go string header.
-std::string buildinfo_version(Elf* elf, std::span<const std::uint8_t> b) {
+std::string buildinfo_version(const ElfFile& file, std::span<const std::uint8_t> b) {
   static constexpr char kMagic[] = "\xff Go buildinf:";
   if (b.size() < 32 || std::memcmp(b.data(), kMagic, 14) != 0) return "";
   const unsigned ptr = b[14];
@@ -121,10 +74,10 @@ std::string buildinfo_version(Elf* elf, std::span<const std::uint8_t> b) {
   if (ptr != 4 && ptr != 8) return "";
   const auto header = read_le(b, 16, ptr);
   if (!header) return "";
-  const std::span<const std::uint8_t> str = bytes_at(elf, *header, 2 * ptr);
+  std::vector<std::uint8_t> str, text;
+  if (!file.read_vaddr(*header, 2 * ptr, str).empty()) return "";
   const auto data = read_le(str, 0, ptr), len = read_le(str, ptr, ptr);
-  if (!data || !len || *len > 64) return "";
-  const std::span<const std::uint8_t> text = bytes_at(elf, *data, *len);
+  if (!data || !len || *len > 64 || !file.read_vaddr(*data, *len, text).empty()) return "";
   return std::string(reinterpret_cast<const char*>(text.data()), text.size());
 }
 
@@ -138,19 +91,15 @@ struct Wanted : GoTlsRanges {
   }
 };
 
-void from_symtab(Elf* elf, Wanted& wanted) {
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr sh;
-    if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_SYMTAB || sh.sh_entsize == 0) continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (!data) continue;
-    for (std::size_t i = 0, n = sh.sh_size / sh.sh_entsize; i < n; ++i) {
-      GElf_Sym sym;
-      if (!gelf_getsym(data, static_cast<int>(i), &sym)) break;
-      if (GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF || !sym.st_size) continue;
-      if (const char* name = elf_strptr(elf, sh.sh_link, sym.st_name)) wanted.offer(name, {sym.st_value, sym.st_size});
-    }
+std::string from_symtab(const ElfFile& file, Wanted& wanted) {
+  for (const ElfSection& s : file.sections()) {
+    if (s.type != SHT_SYMTAB) continue;
+    const std::string why = file.for_each_symbol(s, [&](const ElfSymbol& sym) {
+      if (sym.type == STT_FUNC && sym.section != SHN_UNDEF && sym.size) wanted.offer(sym.name, {sym.value, sym.size});
+    });
+    if (!why.empty()) return why;
   }
+  return "";
 }
 
 // The function table's header fields, by format.
@@ -216,11 +165,9 @@ void from_pclntab(std::span<const std::uint8_t> t, const PclnTable& p, Wanted& w
   }
 }
 
-GoArch arch_of(Elf* elf) {
-  GElf_Ehdr eh;
-  if (!gelf_getehdr(elf, &eh)) return GoArch::unknown;
-  if (eh.e_machine == EM_X86_64) return GoArch::amd64;
-  if (eh.e_machine == EM_AARCH64) return GoArch::arm64;
+GoArch arch_of(const ElfFile& file) {
+  if (file.machine() == EM_X86_64) return GoArch::amd64;
+  if (file.machine() == EM_AARCH64) return GoArch::arm64;
   return GoArch::unknown;
 }
 
@@ -248,31 +195,45 @@ std::uint64_t go_entry_probe_site(std::span<const std::uint8_t> code, std::uint6
 
 namespace {
 
-bool locate(Elf* elf, GoArch arch, const FunctionRange& r, GoFunction& f, std::string* why) {
-  f.entry = file_offset(elf, r.vaddr);
+// The function's code must lie inside one executable segment and be of a
+// plausible size; its entry probe site and every RET lie inside it.
+bool locate(const ElfFile& file, GoArch arch, const FunctionRange& r, GoFunction& f, std::string* why) {
+  if (r.size > kMaxFunctionBytes) {
+    *why = std::to_string(r.size) + " bytes of code: more than 256 KiB, not a real crypto/tls";
+    return false;
+  }
+  f.entry = file.code_offset(r.vaddr, r.size);
   f.size = r.size;
-  const std::span<const std::uint8_t> code = bytes_at(elf, r.vaddr, r.size);
-  if (!f.entry || code.empty()) {
+  std::vector<std::uint8_t> code;
+  if (!f.entry || !file.read(f.entry, r.size, code).empty()) {
     *why = "its code is outside the file's executable segments";
     return false;
   }
   f.returns = find_returns(arch, code, f.entry, why);
   if (!why->empty()) return false;
+  if (f.returns.size() > kMaxReturns) {
+    *why = std::to_string(f.returns.size()) + " RET instructions: more than " + std::to_string(kMaxReturns) +
+           ", not a real crypto/tls";
+    return false;
+  }
   f.probe_at = arch == GoArch::amd64 ? go_entry_probe_site(code, f.entry) : f.entry;
   if (f.returns.empty()) *why = "no return instruction found";
   return !f.returns.empty();
 }
 
 // The functions, from .symtab or the function table; "" or the problem.
-std::string find_tls_functions(Elf* elf, GoBinary& out) {
+std::string find_tls_functions(const ElfFile& file, GoBinary& out) {
   Wanted wanted;
-  from_symtab(elf, wanted);
+  if (std::string why = from_symtab(file, wanted); !why.empty()) return why;
   out.symbols_from = "symtab";
   if (!wanted.complete()) {
-    const Section pcln = find_section(elf, ".gopclntab");
-    if (pcln.bytes.empty()) return "no .symtab entries and no .gopclntab (stripped beyond repair)";
+    const ElfSection* pcln = file.section(".gopclntab");
+    std::vector<std::uint8_t> table;
+    if (!pcln || pcln->type == SHT_NOBITS) return "no .symtab entries and no .gopclntab (stripped beyond repair)";
+    if (std::string why = file.read_section(*pcln, kMaxPclntabBytes, table); !why.empty()) return why;
+    const ElfSection* text = file.section(".text");
     GoTlsRanges ranges;
-    const std::string why = tls_functions_in_pclntab(pcln.bytes, find_section(elf, ".text").addr, &ranges);
+    const std::string why = tls_functions_in_pclntab(table, text ? text->addr : 0, &ranges);
     if (!why.empty()) return why;
     wanted.write = ranges.write;
     wanted.read = ranges.read;
@@ -280,8 +241,8 @@ std::string find_tls_functions(Elf* elf, GoBinary& out) {
   }
   if (!wanted.complete()) return "crypto/tls.(*Conn).Write/Read not in the binary (it does not use crypto/tls)";
   std::string why;
-  if (!locate(elf, out.arch, wanted.write, out.write, &why)) return std::string(kWriteName) + ": " + why;
-  if (!locate(elf, out.arch, wanted.read, out.read, &why)) return std::string(kReadName) + ": " + why;
+  if (!locate(file, out.arch, wanted.write, out.write, &why)) return std::string(kWriteName) + ": " + why;
+  if (!locate(file, out.arch, wanted.read, out.read, &why)) return std::string(kReadName) + ": " + why;
   return "";
 }
 
@@ -347,16 +308,16 @@ std::vector<std::uint64_t> find_returns(GoArch arch, std::span<const std::uint8_
   return out;
 }
 
-GoBinary inspect_go_binary(const std::string& path) {
+GoBinary inspect_go_binary(int fd) {
   GoBinary out;
-  ElfFile file(path);
-  Elf* elf = file.get();
-  if (!elf) return out;  // not ELF: not Go either
-  const Section buildinfo = find_section(elf, ".go.buildinfo");
-  out.is_go = !buildinfo.bytes.empty() || !find_section(elf, ".gopclntab").bytes.empty();
+  const ElfFile file(fd);
+  if (!file.error().empty()) return out;  // not ELF: not Go either
+  const std::vector<std::uint8_t> buildinfo = section_head(file, ".go.buildinfo", kBuildinfoHeadBytes);
+  const ElfSection* pcln = file.section(".gopclntab");
+  out.is_go = !buildinfo.empty() || (pcln && pcln->type != SHT_NOBITS && pcln->size);
   if (!out.is_go) return out;
-  out.version = buildinfo_version(elf, buildinfo.bytes);
-  out.arch = arch_of(elf);
+  out.version = buildinfo_version(file, buildinfo);
+  out.arch = arch_of(file);
   const int minor = go_minor_version(out.version);
   if (out.arch == GoArch::unknown) {
     out.problem = "architecture not supported (x86-64 and arm64 are)";
@@ -365,9 +326,15 @@ GoBinary inspect_go_binary(const std::string& path) {
   } else if (minor < kFirstRegisterAbiMinor) {
     out.problem = "Go older than 1.17 passes arguments on the stack (the register ABI is needed)";
   } else {
-    out.problem = find_tls_functions(elf, out);
+    out.problem = find_tls_functions(file, out);
   }
   return out;
+}
+
+GoBinary inspect_go_binary(const std::string& path) {
+  const Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (fd.fd < 0) return {};
+  return inspect_go_binary(fd.fd);
 }
 
 }  // namespace infertap::capture

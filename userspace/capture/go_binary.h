@@ -38,6 +38,10 @@ struct GoBinary {
 
 // Reads a Go executable's TLS entry and return points; is_go false (and no
 // problem) for anything else. Never throws on bad input: a problem is named.
+// Bounded: .gopclntab read up to 256 MiB; a function of more than 256 KiB of
+// code or more than 64 RET instructions is a problem, not a probe site.
+// `fd` is borrowed (not closed); the path form opens the file and reads it so.
+GoBinary inspect_go_binary(int fd);
 GoBinary inspect_go_binary(const std::string& path);
 
 struct GoFunctionRange {
