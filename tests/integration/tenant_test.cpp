@@ -259,6 +259,85 @@ TEST_F(TenantTest, ProbesOfFilesNoProcessMapsAnyMoreAreReleased) {
 }
 
 
+// A Go-looking program that, at the agent's second open of its executable
+// (the OpenSSL finder opens it first, through its mapping; the Go finder
+// second, through /proc/PID/exe), execs a root-owned file of the same
+// layout; that program then checks its own code every millisecond. What the
+// agent read and probes is the first file: no breakpoint lands in the second.
+constexpr const char* kGoLooking = R"(
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <time.h>
+#include <unistd.h>
+__attribute__((section(".go.buildinfo"), used)) static const char buildinfo[] =
+    "\xff Go buildinf:\x08\x02" "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0" "\x08" "go1.21.0";
+__asm__(".text\n.globl w\n.type \"crypto/tls.(*Conn).Write\",@function\n\"crypto/tls.(*Conn).Write\":\nnop\nnop\nret\n"
+        ".size \"crypto/tls.(*Conn).Write\", 3\n"
+        ".type \"crypto/tls.(*Conn).Read\",@function\n\"crypto/tls.(*Conn).Read\":\nnop\nnop\nret\n"
+        ".size \"crypto/tls.(*Conn).Read\", 3\n");
+extern char __executable_start[], etext[];
+int main(int argc, char** argv) {
+  if (argc == 4 && !strcmp(argv[1], "tenant")) {  /* tenant SELF REPLACEMENT */
+    int in = inotify_init1(IN_CLOEXEC);
+    if (in < 0 || inotify_add_watch(in, argv[2], IN_OPEN) < 0) return 2;
+    printf("watching\n"); fflush(stdout);
+    char buf[4096];
+    for (int opens = 0; opens < 2;) {
+      ssize_t n = read(in, buf, sizeof buf);
+      if (n <= 0) return 2;
+      for (char* p = buf; p < buf + n; p += sizeof(struct inotify_event) + ((struct inotify_event*)p)->len) ++opens;
+    }
+    execl(argv[3], argv[3], "victim", (char*)0);
+    return 3;
+  }
+  /* victim: its code as loaded against a copy taken now, for 5 s */
+  static char copy[1 << 20];
+  size_t len = (size_t)(etext - __executable_start);
+  if (len > sizeof copy) len = sizeof copy;
+  memcpy(copy, __executable_start, len);
+  printf("running\n"); fflush(stdout);
+  struct timespec ms = {0, 1000000};
+  for (int i = 0; i < 5000; ++i) {
+    for (size_t k = 0; k < len; ++k)
+      if (__executable_start[k] != copy[k]) { printf("changed at 0x%zx\n", k); fflush(stdout); return 0; }
+    nanosleep(&ms, NULL);
+  }
+  printf("clean\n"); fflush(stdout);
+  return 0;
+}
+)";
+
+TEST_F(TenantTest, AnExecAtTheAgentsOpenGetsNoProbeInTheOtherFile) {
+  std::ofstream(path("go_looking.c")) << kGoLooking;
+  std::ofstream(path("go_other.c")) << std::regex_replace(kGoLooking, std::regex("crypto/tls"), "crypto/tlX");
+  const std::string mine = tenant_file("goish"), other_dir = path("root-owned"), other = other_dir + "/goish";
+  fs::create_directories(other_dir);
+  ASSERT_EQ(std::system(("cc -O1 -no-pie -o " + mine + " " + path("go_looking.c")).c_str()), 0);
+  ASSERT_EQ(std::system(("cc -O1 -no-pie -o " + other + " " + path("go_other.c")).c_str()), 0);
+  give_to_tenant(mine);
+  fs::permissions(other, fs::perms(0755));
+  std::vector<std::string> argv(std::begin(kNobody), std::end(kNobody));
+  argv.insert(argv.end(), {mine, "tenant", mine, other});
+  auto p = Process::spawn(argv, path("goish.out"));
+  ASSERT_TRUE(p);
+  tenants_.push_back(std::move(*p));
+  ASSERT_TRUE(testing::wait_for_text(path("goish.out"), "watching", 10s)) << read_file(path("goish.out"));
+  start_agent_with_metrics();
+  ASSERT_TRUE(testing::wait_for_text(path("goish.out"), "running", 10s)) << "the tenant exec'd at the agent's open";
+  auto st = tenants_.back().wait(20s);
+  ASSERT_TRUE(st) << read_file(path("goish.out"));
+  const std::string out = read_file(path("goish.out"));
+  EXPECT_NE(out.find("clean"), std::string::npos) << "a breakpoint was written into the root-owned file:\n"
+                                                   << out << read_file(path("agent.log"));
+  stop_agent_records();
+  const std::string log = read_file(path("agent.log"));
+  EXPECT_NE(log.find("as go:goish (go1.21.0, crypto/tls.(*Conn).Write/Read from symtab, 2 RET probes (" + mine + ")"),
+            std::string::npos)
+      << "the tenant's own file is what was read and probed:\n" << log;
+}
+
 // Files crafted against the reader, held mapped by a tenant (a sparse 12 KB
 // file claiming 10 M sections, a sparse 4 GiB .symtab, a 16 MiB .strtab
 // without NUL, a zlib .strtab inflating to 1 GiB, SSL_write into the middle

@@ -28,7 +28,6 @@ constexpr std::uint64_t kProcessCheckNs = 1'000'000'000ull;
 constexpr std::size_t kMaxPidsPerBinary = 256;  // beyond: the full rescan finds the others
 
 std::string exe_path(std::uint32_t pid) { return "/proc/" + std::to_string(pid) + "/exe"; }
-std::string fd_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 
 // The executable a process runs, opened once: what is read and probed is
 // this descriptor's file, whatever the process execs meanwhile.
@@ -59,10 +58,11 @@ bool exe_key(std::uint32_t pid, std::uint64_t* dev, std::uint64_t* ino) {
   return true;
 }
 
-// The executable's own path, for the notes.
-std::string exe_target(std::uint32_t pid) {
+// The path of the executable opened as `fd`, for the notes: the file read,
+// whatever the process runs by now.
+std::string exe_target(int fd, std::uint32_t pid) {
   char target[4096];
-  const ssize_t n = ::readlink(exe_path(pid).c_str(), target, sizeof(target) - 1);
+  const ssize_t n = ::readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), target, sizeof(target) - 1);
   return n > 0 ? std::string(target, static_cast<std::size_t>(n)) : exe_path(pid);
 }
 
@@ -124,10 +124,10 @@ void GoTls::scan_process(std::uint32_t pid) {
   const bool inspected = binaries_.contains(exe.key);
   Binary& binary = binaries_[exe.key];
   if (inspected && !binary.id) return;  // not Go, or not probed
-  const std::string shown = exe_target(pid);
+  const std::string shown = exe_target(exe.fd, pid);
   if (binary.tenant.empty()) binary.tenant = process_tenant(pid);
   std::optional<GoBinary> first_read;
-  if (!inspected && !admit(binary, first_read.emplace(inspect_go_binary(fd_path(exe.fd))), shown)) return;
+  if (!inspected && !admit(binary, first_read.emplace(inspect_go_binary(exe.fd)), shown)) return;
   probe(binary, exe.key, pid, exe.fd, shown, first_read ? &*first_read : nullptr);
   if (binary.links.empty() || binary.pids.size() >= kMaxPidsPerBinary) return;
   if (std::find(binary.pids.begin(), binary.pids.end(), pid) == binary.pids.end()) binary.pids.push_back(pid);
@@ -160,7 +160,7 @@ void GoTls::probe(Binary& binary, const FileKey& key, std::uint32_t pid, int fd,
     return;
   }
   std::optional<GoBinary> read_now;
-  const GoBinary& go = just_read ? *just_read : read_now.emplace(inspect_go_binary(fd_path(fd)));
+  const GoBinary& go = just_read ? *just_read : read_now.emplace(inspect_go_binary(fd));
   if (!go.problem.empty() || !go.is_go) return;
   const std::string name(library_name(binary.id));
   const std::string who = own ? " for process " + std::to_string(pid) : "";

@@ -74,10 +74,8 @@ std::string hex(std::uint64_t v) {
 // Moves each direction's probes to where each call traps once
 // (probe_sites.h). Says where, for the attach note ("" when they stay at the
 // public entries).
-std::string fd_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
-
-std::string place_io_probes(const std::string& path, std::vector<std::uint64_t>& offsets) {
-  const ElfCode elf(path);
+std::string place_io_probes(int fd, std::vector<std::uint64_t>& offsets) {
+  const ElfCode elf(fd);
   if (!elf.x86_64()) return "";
   const CodeAt code = [&elf](std::uint64_t at) { return elf.bytes(at, 512); };
   std::string where;
@@ -354,7 +352,7 @@ void TlsLibraries::inspect(const FileKey& key, int fd, const std::string& shown,
   file.deleted = deleted;
   file.tenant = tenant;
   if (pid) file.pids.push_back(pid);
-  const FunctionOffsets found = find_functions(fd_path(fd), kFunctions);
+  const FunctionOffsets found = find_functions(fd, kFunctions, &symbols_);
   if (!found.error.empty()) {
     if (is_openssl_name(name)) {
       ++stats_.tls_attach_failures;
@@ -362,12 +360,16 @@ void TlsLibraries::inspect(const FileKey& key, int fd, const std::string& shown,
     }
     return;
   }
+  if (!found.refusal.empty()) {  // a function whose offset is no place for a probe
+    ++stats_.tls_attach_failures;
+    note("functions of " + std::string(name) + " not probed", shown + ": " + found.refusal);
+  }
   const bool tls = found.offsets[kWrite] && found.offsets[kRead];
   if (!tls && !found.offsets[kDlopen]) return;
   file.name = name;
   file.offsets = found.offsets;
   if (tls) {
-    file.sites = place_io_probes(fd_path(fd), file.offsets);
+    file.sites = place_io_probes(fd, file.offsets);
     file.id = names_.id_for(library_label(name));
   }
   if (targets_.per_process()) return;  // probed for each targeted process that maps it

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/counter.h"
+#include "capture/elf_symbols.h"
 #include "capture/library_names.h"
 #include "capture/proc_maps.h"
 #include "capture/tls_targets.h"
@@ -137,6 +138,7 @@ class TlsLibraries {
   bool widen_pending_ = false;  // too many processes: per-file probes at the next tick
   std::map<FileKey, File> files_;           // every file inspected, TLS or not
   LibraryNames names_{1, 1024, "openssl"};
+  SymbolCache symbols_;  // by build id: a library seen again in another container is not scanned again
   std::multimap<std::uint64_t, std::uint32_t> due_;  // scan time -> pid
   std::uint64_t full_scans_ = 0;
   std::uint64_t next_full_scan_ns_ = 0;
