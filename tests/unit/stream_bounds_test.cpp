@@ -1,4 +1,4 @@
-// Bounded memory of streams in flight (issue 23): a long stream keeps its
+// Bounded memory of streams in flight: a long stream keeps its
 // first events whole and only compact values after them, with aggregates
 // exactly those of the whole stream; all streams together stay under their
 // budget, the largest ending early with one record each.
