@@ -352,8 +352,9 @@ void Pipeline::enforce_stream_budget(TimestampNs now) {
     std::uint64_t seq;
   };
   std::vector<Held> held;
-  for (const auto& [sock, conn] : connections_) {
-    conn->for_each_active_stream([&](const StreamRecord& r) {
+  for (const auto& entry : connections_) {
+    const std::uint64_t sock = entry.first;  // a plain name: clang 14 captures no structured binding
+    entry.second->for_each_active_stream([&](const StreamRecord& r) {
       held.push_back({held_bytes(r), r.response_head_ns, sock, r.h2_stream_id, r.stream_seq});
     });
   }
