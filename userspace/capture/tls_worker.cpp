@@ -11,8 +11,10 @@
 namespace infertap::capture {
 
 namespace {
-// Scans fall due 10 ms and 300 ms after an exec (tls_libraries.cpp): ticks this often.
-constexpr auto kTick = std::chrono::milliseconds(10);
+// Signals wake the worker at once; due scans (10 ms and 300 ms after an
+// exec, tls_libraries.cpp) and the once-a-second checks run at this cadence,
+// the capture loop's own poll timeout: no more wake-ups than before.
+constexpr auto kTick = std::chrono::milliseconds(50);
 }  // namespace
 
 TlsWorker::TlsWorker(const TlsPrograms& tls, const GoTlsPrograms& go, const TlsTargets& targets, Uprobes uprobes,
