@@ -338,6 +338,41 @@ TEST_F(TenantTest, AnExecAtTheAgentsOpenGetsNoProbeInTheOtherFile) {
       << "the tenant's own file is what was read and probed:\n" << log;
 }
 
+// A tenant's server holds streams of tiny events far past the timeline's
+// bound (32 768 events): each record keeps its first events whole and says it
+// was cut, its counts stay exact, and the agent's memory stays bounded.
+TEST_F(TenantTest, AFloodOfTinyEventsKeepsEachRecordExactAndTheAgentBounded) {
+  constexpr int kStreams = 2, kEvents = 60000;
+  auto server = Process::spawn({testing::build_dir() + "/sample-server", "--port", std::to_string(port_), "--ttft-ms",
+                                "1", "--itl-ms", "0", "--tokens", std::to_string(kEvents), "--text", "a"},
+                               path("server.out"));
+  ASSERT_TRUE(server);
+  ASSERT_TRUE(testing::wait_for_text(path("server.out"), "listening", 10s));
+  // A ring buffer that holds the burst whole: the flood is ~300 k events/s, past what one core drains.
+  start_agent_with({"--socket", "", "--metrics-listen", "", "--ringbuf-mb", "64", "--port", std::to_string(port_)});
+  ASSERT_EQ(run_to_end({testing::build_dir() + "/sample-client", "--port", std::to_string(port_), "--concurrency",
+                        std::to_string(kStreams)},
+                       "client.out", 120s),
+            0)
+      << read_file(path("client.out"));
+  const std::string status = read_file("/proc/" + std::to_string(agent_->pid()) + "/status");
+  const std::size_t hwm_at = status.find("VmHWM:");
+  ASSERT_NE(hwm_at, std::string::npos);
+  const long peak_kb = std::stol(status.substr(hwm_at + 6));
+  server->stop(5s);
+  const auto records = stop_agent_after_joins();
+  std::printf("  %d streams x %d events: agent peak RSS %ld kB\n", kStreams, kEvents, peak_kb);
+  const auto servers = where(records, "role", "server");
+  ASSERT_EQ(servers.size(), std::size_t(kStreams)) << read_file(path("agent.log"));
+  for (const auto& r : servers) {
+    EXPECT_EQ(r["content_events"], kEvents) << "counts stay exact past the bound";
+    EXPECT_EQ(r["timeline_truncated"], true);
+    EXPECT_EQ(r["timeline_events"], 32768);
+    EXPECT_EQ(r["end"], "complete");
+  }
+  EXPECT_LT(peak_kb, 300 * 1024) << "the agent's peak RSS in kB, its 64 MiB ring buffer included";
+}
+
 // Files crafted against the reader, held mapped by a tenant (a sparse 12 KB
 // file claiming 10 M sections, a sparse 4 GiB .symtab, a 16 MiB .strtab
 // without NUL, a zlib .strtab inflating to 1 GiB, SSL_write into the middle
