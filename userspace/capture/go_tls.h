@@ -40,7 +40,6 @@ struct GoTlsPrograms {
   X(go_tls_binaries_attached, "Go executables whose crypto/tls is probed")                                          \
   X(go_tls_binaries_skipped, "Go executables whose crypto/tls cannot be probed (named in the log with the reason)") \
   X(go_tls_attach_failures, "Go executables whose probes failed to attach or were refused by a budget (named in the log)") \
-  X(go_tls_files_changed, "process executables that were another file when opened (replaced under the agent): not read") \
   X(go_tls_return_probes, "uprobes placed on RET instructions of crypto/tls.(*Conn).Write/Read")                    \
   X(go_tls_processes_exited, "processes running a probed Go executable seen gone")                                  \
   X(go_tls_binaries_released, "probes released from Go executables no process runs any more")                       \

@@ -41,8 +41,6 @@ constexpr std::uint64_t kFullRescanNs = 60'000'000'000ull;
 // again once it has (a few ms), and once more for slow starters.
 constexpr std::uint64_t kExecRescanNs[] = {0, 10'000'000ull, 300'000'000ull};
 constexpr std::size_t kMaxPendingScans = 4096;
-// How often the processes that map a deleted library file are checked: once
-// none is left, a full rescan confirms it and releases the file's probes.
 // How often the processes seen mapping a probed file are checked: once none
 // is left, a full rescan confirms it and releases the file's probes — at
 // most one such rescan per kMinRescanGapNs.
