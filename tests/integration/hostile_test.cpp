@@ -308,11 +308,13 @@ TEST_F(Hostile, TheDeployedCapabilitiesCaptureAnotherUsersPrivateTls) {
     std::filesystem::copy_file(from, lib / from.filename());
     give_to_nobody(lib + "/" + from.filename().string(), 0500);
   }
-  for (const char* file : {"/key.pem", "/cert.pem"}) give_to_nobody(home + file, 0400);
+  // The peer's script is copied in too: the repository may sit in a directory nobody cannot enter.
+  std::filesystem::copy_file("tests/support/tls_peer.py", home + "/tls_peer.py");
+  for (const char* file : {"/key.pem", "/cert.pem", "/tls_peer.py"}) give_to_nobody(home + file, 0400);
   for (const std::string& d : {lib, home}) give_to_nobody(d, 0700);
   start_daemon({}, "", {"/usr/bin/setpriv", "--bounding-set=-all,+bpf,+perfmon,+sys_admin,+sys_ptrace,+dac_read_search",
                         "--inh-caps=-all", "--"});
-  const std::string peer = std::filesystem::absolute("tests/support/tls_peer.py");
+  const std::string peer = home + "/tls_peer.py";
   const std::vector<std::string> as_nobody = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                                               "/usr/bin/env", "LD_LIBRARY_PATH=" + lib, "/usr/bin/python3", peer};
   std::vector<std::string> server_argv = as_nobody;
