@@ -50,6 +50,11 @@ constexpr std::size_t kMaxWatchedMappers = 64;
 constexpr std::size_t kMaxRememberedFiles = 16384;
 
 bool is_openssl_name(std::string_view name) { return name.rfind("libssl.so", 0) == 0; }
+// The host's own libraries probed before any process is read: its OpenSSL,
+// and its C library's dlopen (which every tenant maps too: none is charged).
+bool is_host_probed_name(std::string_view name) {
+  return is_openssl_name(name) || name == "libc.so.6" || name == "libdl.so.2";
+}
 
 // "openssl-3" for libssl.so.3, "openssl-1.1" for libssl.so.1.1, "static:node"
 // for a binary with OpenSSL built in.
@@ -215,7 +220,7 @@ void TlsLibraries::scan_everything(std::uint64_t now_ns) {
     DIR* d = opendir(host_dir.c_str());
     if (!d) continue;
     while (dirent* entry = readdir(d)) {
-      if (!is_openssl_name(entry->d_name)) continue;
+      if (!is_host_probed_name(entry->d_name)) continue;
       const std::string path = host_dir + "/" + entry->d_name;
       struct stat st;  // the file itself, not a development link to it (libssl.so -> libssl.so.3)
       if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
