@@ -34,12 +34,12 @@
 #include "daemon/config.h"
 #include "daemon/http_server.h"
 #include "daemon/load_probe.h"
-#include "daemon/metrics.h"
-#include "daemon/sink.h"
+#include "output/prometheus/metrics.h"
+#include "output/ndjson/sink.h"
 #include "daemon/store.h"
 #include "daemon/workload.h"
 #include "degrade/monitor.h"
-#include "output/ndjson.h"
+#include "output/ndjson/records.h"
 
 namespace {
 
@@ -163,7 +163,7 @@ json table_json(const Table& table) {
 // The counters of `infertap status`: every entry of the capture, pipeline
 // and sink tables, under the names the tables give them.
 json counters_json(const capture::CaptureStats& capture, const core::PipelineCounters& pipeline,
-                   const daemon::SinkCounters& sink) {
+                   const output::SinkCounters& sink) {
   json kernel = json::object(), drops = json::object();
   capture.for_each_stat([&](const base::Counter& c) { kernel[std::string(c.name)] = c.value; });
   capture.for_each_drop([&](const base::Counter& c) { drops[std::string(c.name)] = c.value; });
@@ -191,8 +191,8 @@ std::vector<daemon::LiveStream> live_streams(const core::Pipeline& pipeline) {
   return live;
 }
 
-daemon::MetricsConfig metrics_config(const daemon::DaemonConfig& config) {
-  daemon::MetricsConfig m;
+output::MetricsConfig metrics_config(const daemon::DaemonConfig& config) {
+  output::MetricsConfig m;
   m.max_label_values = config.metrics.max_label_values;
   m.max_series_per_family = config.metrics.max_series_per_family;
   m.band_labels = config.metrics.band_labels;
@@ -284,9 +284,9 @@ class Agent {
     if (device_fd_ >= 0) close(device_fd_);
     device_fd_ = -1;
     // What the output lost is said, with the counters as they are after its last write.
-    const daemon::SinkCounters sink = sink_->counters();
+    const output::SinkCounters sink = sink_->counters();
     const std::string error = sink_->last_error();
-    log("output: " + daemon::describe_output(sink) + (sink.dropped_lines && !error.empty() ? "; last error: " + error : ""));
+    log("output: " + output::describe_output(sink) + (sink.dropped_lines && !error.empty() ? "; last error: " + error : ""));
     if (run_.print_stats) log("stats " + counters_json(capture_->stats(), pipeline_->counters(), sink).dump());
   }
 
@@ -303,7 +303,7 @@ class Agent {
   // written like stdout: no rotation, and a reader that stops reading makes
   // the sink drop lines with a counter, never the capture wait.
   int open_output() {
-    daemon::SinkOptions options = daemon::sink_options(config_);
+    output::SinkOptions options = daemon::sink_options(config_);
     struct stat output_stat {};
     if (!options.file.empty() && stat(options.file.c_str(), &output_stat) == 0 &&
         (S_ISCHR(output_stat.st_mode) || S_ISFIFO(output_stat.st_mode))) {
@@ -321,7 +321,7 @@ class Agent {
       options.file.clear();
     }
     std::string error;
-    sink_ = daemon::RecordSink::open(options, &error);
+    sink_ = output::RecordSink::open(options, &error);
     if (!sink_) {
       log("output: " + error);
       return 2;
@@ -446,16 +446,16 @@ class Agent {
   // What the API, the metrics endpoint and `infertap status` read, once a second.
   void refresh() {
     const capture::CaptureStats kernel = capture_->stats();
-    const daemon::SinkCounters sink = sink_->counters();
+    const output::SinkCounters sink = sink_->counters();
     metrics_.set_self(kernel, pipeline_->counters(), sink, {pipeline_->connection_count(), missing_capabilities_});
     store_.set_live(live_streams(*pipeline_));
-    std::vector<daemon::CohortStateSample> cohorts;
+    std::vector<output::CohortStateSample> cohorts;
     for (const degrade::CohortGauge& g : degradation_.gauges()) {
       cohorts.push_back({std::string(degrade::to_string(g.key.vantage)), g.key.model, g.key.route, g.key.process,
                          g.key.length_class, g.degraded, g.key.concurrency_band, g.key.input_band});
     }
     metrics_.set_degradation(cohorts, degradation_.active_abuse());
-    std::vector<daemon::ProcessLoadSample> load;
+    std::vector<output::ProcessLoadSample> load;
     for (const core::ScopeLoad& s : pipeline_->load_scopes()) {
       if (s.scope == "process") load.push_back({s.comm, s.in_flight, s.waiting});
     }
@@ -469,12 +469,12 @@ class Agent {
   // Lines the output drops are said when they start and then at most every
   // 10 s, with their reasons; the total is said again at shutdown.
   void report_drops(std::uint64_t now) {
-    const daemon::SinkCounters c = sink_->counters();
+    const output::SinkCounters c = sink_->counters();
     if (c.dropped_lines == drops_reported_.dropped_lines) return;
     if (drops_reported_at_ != 0 && now - drops_reported_at_ < 10'000'000'000ull) return;
-    const daemon::SinkCounters since = daemon::counted_since(c, drops_reported_);
+    const output::SinkCounters since = output::counted_since(c, drops_reported_);
     const std::string error = sink_->last_error();
-    log("output is losing records: " + daemon::describe_output(since) + (drops_reported_at_ ? " in the last 10 s" : "") +
+    log("output is losing records: " + output::describe_output(since) + (drops_reported_at_ ? " in the last 10 s" : "") +
         (error.empty() ? "; the output does not keep up" : "; " + error));
     drops_reported_ = c;
     drops_reported_at_ = now;
@@ -501,13 +501,13 @@ class Agent {
   const daemon::CommandLine flags_;
   const RunControl run_;
   int device_fd_ = -1;
-  daemon::SinkCounters drops_reported_;   // the sink's counters when drops were last logged
+  output::SinkCounters drops_reported_;   // the sink's counters when drops were last logged
   std::uint64_t drops_reported_at_ = 0;
-  std::unique_ptr<daemon::RecordSink> sink_;
+  std::unique_ptr<output::RecordSink> sink_;
   std::unique_ptr<capture::Capture> capture_;
   const output::WallClock clock_;
   output::RenderOptions render_;
-  daemon::MetricsRegistry metrics_;
+  output::MetricsRegistry metrics_;
   daemon::Heartbeat heartbeat_;  // beaten by run(), read by /healthz: outlives http_
   std::unique_ptr<daemon::HttpServer> http_;
   daemon::RecordStore store_;

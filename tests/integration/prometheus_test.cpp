@@ -27,11 +27,13 @@
 #include <gtest/gtest.h>
 
 #include "daemon/http_server.h"
-#include "daemon/metrics.h"
+#include "output/prometheus/metrics.h"
 #include "support/process.h"
 
-namespace infertap::daemon {
+namespace infertap::output {
 namespace {
+
+using daemon::HttpServer;
 
 // INFERTAP_PROMETHEUS overrides the binary.
 std::string prometheus_binary() {
@@ -501,4 +503,4 @@ TEST(Prometheus, ConcurrentScrapesOfTheAdversarialMixStayBounded) {
 }
 
 }  // namespace
-}  // namespace infertap::daemon
+}  // namespace infertap::output

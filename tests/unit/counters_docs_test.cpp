@@ -8,8 +8,8 @@
 #include "capture/loader.h"
 #include "core/counters.h"
 #include "daemon/http_server.h"
-#include "daemon/metrics.h"
-#include "daemon/sink.h"
+#include "output/prometheus/metrics.h"
+#include "output/ndjson/sink.h"
 #include "support/repo_file.h"
 
 namespace infertap::daemon {
@@ -41,7 +41,7 @@ TEST(CounterTables, EveryStatusCounterIsDocumented) {
   capture::CaptureStats{}.for_each_stat(documented);
   capture::CaptureStats{}.for_each_drop(documented);
   core::PipelineCounters{}.for_each(documented);
-  SinkCounters{}.for_each(documented);
+  output::SinkCounters{}.for_each(documented);
   HttpCounters{}.for_each(documented);
 }
 

@@ -10,7 +10,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "daemon/config.h"
-#include "daemon/metrics.h"
+#include "output/prometheus/metrics.h"
 #include "support/repo_file.h"
 
 namespace infertap::daemon {
@@ -64,7 +64,7 @@ TEST(DaemonConfig, EmptyDocumentGivesInfertapdDefaults) {
     EXPECT_EQ(c.api.socket, "/run/infertap/infertap.sock");
     EXPECT_EQ(c.metrics.listen, "0.0.0.0:9464");
     EXPECT_EQ(c.metrics.max_label_values, 50u);
-    EXPECT_EQ(c.metrics.max_series_per_family, MetricsConfig{}.max_series_per_family);
+    EXPECT_EQ(c.metrics.max_series_per_family, output::MetricsConfig{}.max_series_per_family);
     EXPECT_EQ(c.pipeline.lag_floor_ns, pipe.lag_floor_ns);
     EXPECT_EQ(c.limits.max_streams_in_memory, 2000u);
     EXPECT_EQ(c.limits.sink_queue_lines, 65536u);

@@ -11,7 +11,7 @@
 #include "cli/format.h"
 #include "core/metrics.h"
 #include "daemon/config.h"
-#include "daemon/metrics.h"
+#include "output/prometheus/metrics.h"
 #include "degrade/engine.h"
 #include "degrade/render.h"
 
@@ -533,13 +533,13 @@ TEST(DegradeLoadAbuse, TheSignalCarriesSizesAndTheConcurrencyShare) {
 // ---- Prometheus -----------------------------------------------------------------------------
 
 TEST(DegradeLoadMetrics, BandLabelsAreOptionalAndGaugesCountPerProcess) {
-  daemon::MetricsConfig mc;
-  daemon::MetricsRegistry plain(mc);
+  output::MetricsConfig mc;
+  output::MetricsRegistry plain(mc);
   plain.set_degradation({{"server_emit", "m", "/v1/chat/completions", "vllm", "all", true, "9-32", "<512"}}, 0);
   EXPECT_NE(plain.render().find("length_class=\"all\"} 1"), std::string::npos) << "no band labels by default";
   mc.band_labels = true;
   mc.max_label_values = 2;
-  daemon::MetricsRegistry banded(mc);
+  output::MetricsRegistry banded(mc);
   banded.set_degradation({{"server_emit", "m", "/v1/chat/completions", "vllm", "all", true, "9-32", "<512"},
                           {"server_emit", "m", "/v1/chat/completions", "vllm", "all", false, "1", "<512"},
                           {"server_emit", "m", "/v1/chat/completions", "vllm", "all", false, "33-128", "<512"}},
@@ -573,13 +573,13 @@ TEST(DegradeLoadMetrics, HistogramsCarryTheBandsWhenAskedTo) {
   r.load.input_tokens = 100;
   const DegradationConfig dc;
   EXPECT_EQ(bands_of(dc, r), (std::array<std::string, 2>{"9-32", "<512"}));
-  daemon::MetricsConfig mc;
-  daemon::MetricsRegistry plain(mc);
+  output::MetricsConfig mc;
+  output::MetricsRegistry plain(mc);
   plain.observe(r);
   EXPECT_EQ(plain.render().find("concurrency_band"), std::string::npos);
   mc.band_labels = true;
   mc.band_of = [dc](const core::StreamRecord& rec) { return bands_of(dc, rec); };
-  daemon::MetricsRegistry banded(mc);
+  output::MetricsRegistry banded(mc);
   banded.observe(r);
   const std::string text = banded.render();
   EXPECT_NE(text.find("infertap_inter_token_latency_seconds_count{vantage=\"server\",model=\"unknown\",route=\"unknown\","

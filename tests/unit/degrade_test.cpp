@@ -12,7 +12,7 @@
 #include "core/metrics.h"
 #include "daemon/api.h"
 #include "daemon/config.h"
-#include "daemon/metrics.h"
+#include "output/prometheus/metrics.h"
 #include "degrade/engine.h"
 #include "degrade/monitor.h"
 #include "degrade/render.h"
@@ -891,9 +891,9 @@ TEST(DegradeMonitor, AlertsReachTheSinkAndTheApi) {
 }
 
 TEST(DegradeMetrics, CohortGaugeUsesTheLabelCaps) {
-  daemon::MetricsConfig mc;
+  output::MetricsConfig mc;
   mc.max_label_values = 2;
-  daemon::MetricsRegistry reg(mc);
+  output::MetricsRegistry reg(mc);
   reg.set_degradation({{"server_emit", "a", "/v1/chat/completions", "vllm", "medium", true},
                        {"server_emit", "b", "/v1/chat/completions", "vllm", "medium", false},
                        {"server_emit", "c", "/v1/chat/completions", "vllm", "medium", false}},

@@ -23,13 +23,13 @@
 #include "base/escape.h"
 #include "core/labels.h"
 #include "daemon/http_server.h"
-#include "daemon/metrics.h"
+#include "output/prometheus/metrics.h"
 
 // Specs below name only the fields they set (the Makefile also builds with
 // -Wno-missing-field-initializers).
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
-namespace infertap::daemon {
+namespace infertap::output {
 namespace {
 
 using core::Role;
@@ -37,6 +37,8 @@ using core::StreamEnd;
 using core::StreamRecord;
 using core::TimelineEvent;
 using protocol::EventKind;
+using daemon::HttpServer;
+using daemon::parse_listen_address;
 
 constexpr std::uint64_t kMs = 1'000'000;
 
@@ -934,4 +936,4 @@ TEST(HttpServer, ParseListenAddress) {
 }
 
 }  // namespace
-}  // namespace infertap::daemon
+}  // namespace infertap::output

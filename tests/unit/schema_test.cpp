@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/metrics.h"
-#include "output/ndjson.h"
+#include "output/ndjson/records.h"
 #include "support/repo_file.h"
 
 namespace infertap {

@@ -10,9 +10,10 @@
 #include <sstream>
 #include <thread>
 
-#include "daemon/sink.h"
+#include "daemon/config.h"
+#include "output/ndjson/sink.h"
 
-namespace infertap::daemon {
+namespace infertap::output {
 namespace {
 
 namespace fs = std::filesystem;
@@ -479,7 +480,7 @@ TEST(RecordSink, FilesAreCreatedPrivateAndLockedAgainstASecondAgent) {
 }
 
 TEST(RecordSink, OptionsFromConfig) {
-  DaemonConfig c;
+  daemon::DaemonConfig c;
   c.output.to_stdout = false;
   c.output.file = "/x";
   c.output.rotate_bytes = 4096;
@@ -487,7 +488,7 @@ TEST(RecordSink, OptionsFromConfig) {
   c.limits.sink_queue_lines = 3;
   c.limits.sink_queue_bytes = 1 << 20;
   c.output.group = "adm";
-  const SinkOptions o = sink_options(c);
+  const SinkOptions o = daemon::sink_options(c);
   EXPECT_EQ(o.group, "adm");
   EXPECT_FALSE(o.to_stdout);
   EXPECT_EQ(o.file, "/x");
@@ -498,4 +499,4 @@ TEST(RecordSink, OptionsFromConfig) {
 }
 
 }  // namespace
-}  // namespace infertap::daemon
+}  // namespace infertap::output

@@ -14,7 +14,7 @@
 #include "cli/format.h"
 #include "core/metrics.h"
 #include "daemon/store.h"
-#include "output/ndjson.h"
+#include "output/ndjson/records.h"
 
 namespace infertap::daemon {
 namespace {

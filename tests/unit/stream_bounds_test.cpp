@@ -10,7 +10,7 @@
 
 #include "core/pipeline.h"
 #include "core/stream/assembler.h"
-#include "output/ndjson.h"
+#include "output/ndjson/records.h"
 #include "support/event_builder.h"
 
 namespace infertap::core {

@@ -1,6 +1,6 @@
 // The one clock of the product: CLOCK_MONOTONIC nanoseconds, the clock the
 // kernel side stamps events with (bpf_ktime_get_ns). Wall time is derived
-// only at output (output/ndjson.h WallClock).
+// only at output (output/ndjson/records.h WallClock).
 #pragma once
 
 #include <time.h>

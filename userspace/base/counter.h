@@ -1,7 +1,7 @@
 // One counter as the agent's counter tables hand it to the views that list
 // every counter: `infertap status`, Prometheus, the documentation's checks.
 // The tables are X-macro lists, one line per counter (ITAP_STAT_LIST and
-// ITAP_DROP_LIST in include/infertap/abi.h, core/counters.h, daemon/sink.h):
+// ITAP_DROP_LIST in include/infertap/abi.h, core/counters.h, output/ndjson/sink.h):
 // a counter added there reaches every view without another edit.
 #pragma once
 

@@ -615,4 +615,16 @@ bool resolve_cgroup_ids(const std::vector<std::string>& paths, std::vector<std::
   return true;
 }
 
+output::SinkOptions sink_options(const DaemonConfig& config) {
+  output::SinkOptions o;
+  o.to_stdout = config.output.to_stdout;
+  o.file = config.output.file;
+  o.group = config.output.group;
+  o.rotate_bytes = config.output.rotate_bytes;
+  o.keep_files = config.output.keep_files;
+  o.queue_lines = config.limits.sink_queue_lines;
+  o.queue_bytes = config.limits.sink_queue_bytes;
+  return o;
+}
+
 }  // namespace infertap::daemon

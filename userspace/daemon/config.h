@@ -33,6 +33,7 @@
 #include "capture/loader.h"
 #include "core/types.h"
 #include "degrade/config.h"
+#include "output/ndjson/sink.h"
 
 namespace YAML {
 class Node;
@@ -187,5 +188,8 @@ std::string cgroup2_mount_point(const std::string& mountinfo_path = "/proc/self/
 // naming the path when one cannot be stat'ed.
 bool resolve_cgroup_ids(const std::vector<std::string>& paths, std::vector<std::uint64_t>* ids, std::string* error,
                         const std::string& cgroup_root = "/sys/fs/cgroup");
+
+// output.*, limits.sink_queue_* of a daemon configuration.
+output::SinkOptions sink_options(const DaemonConfig& config);
 
 }  // namespace infertap::daemon

@@ -22,7 +22,7 @@
 #include "base/clock.h"
 #include "base/host_port.h"
 #include "daemon/http_request.h"
-#include "daemon/metrics.h"
+#include "output/prometheus/metrics.h"
 #include "daemon/web_security.h"
 
 namespace infertap::daemon {

@@ -31,9 +31,13 @@
 #include "base/counter.h"
 #include "daemon/config.h"
 
+namespace infertap::output {
+class MetricsRegistry;
+}
+
 namespace infertap::daemon {
 
-class MetricsRegistry;
+using output::MetricsRegistry;
 
 // "host:port", "[v6]:port" or ":port" (all IPv4 interfaces). Port 0 = ephemeral.
 // Returns false and sets *error on a malformed address.

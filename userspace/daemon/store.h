@@ -36,7 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/types.h"
-#include "output/ndjson.h"
+#include "output/ndjson/records.h"
 
 namespace infertap::daemon {
 

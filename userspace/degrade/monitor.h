@@ -13,7 +13,7 @@
 
 #include "core/types.h"
 #include "degrade/engine.h"
-#include "output/ndjson.h"
+#include "output/ndjson/records.h"
 
 namespace infertap::degrade {
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "degrade/engine.h"
-#include "output/ndjson.h"
+#include "output/ndjson/records.h"
 
 namespace infertap::degrade {
 

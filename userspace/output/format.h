@@ -1,6 +1,6 @@
 // JSON as the agent writes its own lines and responses (alert records, query
 // API answers, the CLI's -o json), for every layer above the stream records.
-// output/ndjson.cpp renders the stream records themselves.
+// output/ndjson/records.cpp renders the stream records themselves.
 #pragma once
 
 #include <cstdint>

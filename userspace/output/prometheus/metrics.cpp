@@ -1,4 +1,4 @@
-#include "daemon/metrics.h"
+#include "output/prometheus/metrics.h"
 
 #include <unistd.h>
 
@@ -12,9 +12,9 @@
 #include <sstream>
 
 #include "base/escape.h"
-#include "daemon/stream_families.h"
+#include "output/prometheus/stream_families.h"
 
-namespace infertap::daemon {
+namespace infertap::output {
 
 namespace {
 
@@ -524,4 +524,4 @@ std::uint64_t MetricsRegistry::renders() const {
   return renders_;
 }
 
-}  // namespace infertap::daemon
+}  // namespace infertap::output

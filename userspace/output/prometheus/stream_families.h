@@ -2,7 +2,7 @@
 // names, label sets and buckets, and what one finished stream record adds to
 // them — per family and vantage, its observations already bucketed, and its
 // counter increments. Plain functions of a record: the registry applies the
-// result under its lock (daemon/metrics.h).
+// result under its lock (output/prometheus/metrics.h).
 //
 //   StreamRecord --> RecordDeltas (label values + histogram deltas + counter increments)
 #pragma once
@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "core/types.h"
-#include "daemon/metrics.h"
+#include "output/prometheus/metrics.h"
 
-namespace infertap::daemon::metrics_detail {
+namespace infertap::output::metrics_detail {
 
 // Which labels a family carries: infertap's (vantage, model, route,
 // process) or the OpenTelemetry GenAI attributes (MetricsRegistry::kGenAiLabelNames).
@@ -71,4 +71,4 @@ RecordDeltas deltas_of(const core::StreamRecord& record, const MetricsConfig& co
 // cut to max_bytes, "unknown" when empty.
 std::string label_value(std::string_view in, std::size_t max_bytes);
 
-}  // namespace infertap::daemon::metrics_detail
+}  // namespace infertap::output::metrics_detail

@@ -25,9 +25,9 @@
 
 #include "capture/loader.h"
 #include "core/types.h"
-#include "daemon/sink.h"
+#include "output/ndjson/sink.h"
 
-namespace infertap::daemon {
+namespace infertap::output {
 
 struct MetricsConfig {
   // At most this many distinct values per label (model, route, process, the
@@ -228,4 +228,4 @@ std::string_view genai_operation_of(const core::StreamRecord& record);
 // "gcp.gemini"), a declared format's provider (else its name), else "unknown".
 std::string_view genai_provider_of(const core::StreamRecord& record);
 
-}  // namespace infertap::daemon
+}  // namespace infertap::output

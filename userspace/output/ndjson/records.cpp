@@ -1,4 +1,4 @@
-#include "output/ndjson.h"
+#include "output/ndjson/records.h"
 
 #include <ctime>
 

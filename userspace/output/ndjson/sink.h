@@ -45,9 +45,8 @@
 #include <vector>
 
 #include "base/counter.h"
-#include "daemon/config.h"
 
-namespace infertap::daemon {
+namespace infertap::output {
 
 struct SinkOptions {
   bool to_stdout = true;
@@ -61,8 +60,6 @@ struct SinkOptions {
   std::chrono::milliseconds shutdown_timeout{5000};  // how long the destructor drains
 };
 
-// output.*, limits.sink_queue_* of a daemon configuration.
-SinkOptions sink_options(const DaemonConfig& config);
 
 // What the sink counts, listed once: X(name, kind, help) makes the field, its
 // `infertap status` key (counters.sink.<name>) and its Prometheus series
@@ -173,4 +170,4 @@ class RecordSink {
   std::thread writer_;
 };
 
-}  // namespace infertap::daemon
+}  // namespace infertap::output

@@ -1,4 +1,4 @@
-#include "daemon/stream_families.h"
+#include "output/prometheus/stream_families.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "core/labels.h"
 
-namespace infertap::daemon::metrics_detail {
+namespace infertap::output::metrics_detail {
 namespace {
 
 using core::StreamMetrics;
@@ -294,9 +294,9 @@ RecordDeltas deltas_of(const StreamRecord& r, const MetricsConfig& config) {
   return d.take(labels_of(r, config.max_label_bytes));
 }
 
-}  // namespace infertap::daemon::metrics_detail
+}  // namespace infertap::output::metrics_detail
 
-namespace infertap::daemon {
+namespace infertap::output {
 
 std::string_view genai_operation_of(std::string_view route) {
   while (route.size() > 1 && route.back() == '/') route.remove_suffix(1);
@@ -350,4 +350,4 @@ std::string_view genai_provider_of(const core::StreamRecord& r) {
   return "unknown";
 }
 
-}  // namespace infertap::daemon
+}  // namespace infertap::output

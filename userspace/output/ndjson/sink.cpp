@@ -1,4 +1,4 @@
-#include "daemon/sink.h"
+#include "output/ndjson/sink.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <utility>
 
-namespace infertap::daemon {
+namespace infertap::output {
 namespace {
 
 constexpr std::size_t kBatchLines = 1024;
@@ -75,18 +75,6 @@ SinkCounters counted_since(const SinkCounters& now, const SinkCounters& before) 
   INFERTAP_SINK_COUNTERS(INFERTAP_SINK_MINUS_)
 #undef INFERTAP_SINK_MINUS_
   return d;
-}
-
-SinkOptions sink_options(const DaemonConfig& config) {
-  SinkOptions o;
-  o.to_stdout = config.output.to_stdout;
-  o.file = config.output.file;
-  o.group = config.output.group;
-  o.rotate_bytes = config.output.rotate_bytes;
-  o.keep_files = config.output.keep_files;
-  o.queue_lines = config.limits.sink_queue_lines;
-  o.queue_bytes = config.limits.sink_queue_bytes;
-  return o;
 }
 
 RecordSink::RecordSink(SinkOptions options) : options_(std::move(options)) {}
@@ -410,4 +398,4 @@ std::size_t RecordSink::write_stdout(const std::string& buf, const std::vector<s
   return lines_within(ends, off);
 }
 
-}  // namespace infertap::daemon
+}  // namespace infertap::output
