@@ -64,29 +64,36 @@ failed_tests_summary() {
   ' "$1"
 }
 
-# One pass/fail per fuzzer run.
+# One pass/fail per fuzzer run; the fuzzers (single-threaded) run one per
+# core at a time, each writing its verdict to a file read once all are done.
 run_fuzzer() {
-  local bin=$1 name corpus
+  local bin=$1 verdicts=$2 name corpus
   name=$(basename "$bin")
   corpus=$(mktemp -d)
   [ -d "tests/fuzz/corpus/$name" ] && cp -r "tests/fuzz/corpus/$name/." "$corpus/"
-  echo "== fuzz $name (${FUZZ_SECONDS:-20}s)"
   if "$bin" -max_total_time="${FUZZ_SECONDS:-20}" -print_final_stats=1 -artifact_prefix="build/fuzz/$name-" \
        "$corpus" >"build/fuzz/$name.log" 2>&1; then
-    passed=$((passed + 1))
-    grep -E "stat::number_of_executed_units" "build/fuzz/$name.log" || true
+    echo "== fuzz $name (${FUZZ_SECONDS:-20}s): $(grep -E "stat::number_of_executed_units" "build/fuzz/$name.log")"
+    echo "ok $name" >>"$verdicts"
   else
-    failed=$((failed + 1)); failures+=("fuzz $name")
-    tail -40 "build/fuzz/$name.log"
+    echo "== fuzz $name (${FUZZ_SECONDS:-20}s) FAILED"; tail -40 "build/fuzz/$name.log"
+    echo "failed $name" >>"$verdicts"
   fi
   rm -rf "$corpus"
 }
 
 run_gtest "unit tests" build/unit_tests
+fuzz_verdicts=$(mktemp)
 for f in build/fuzz/fuzz_*; do
   case "$f" in *.log|*-crash-*|*-leak-*|*-timeout-*) continue ;; esac
-  run_fuzzer "$f"
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  run_fuzzer "$f" "$fuzz_verdicts" &
 done
+wait
+while read -r verdict name; do
+  if [ "$verdict" = ok ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("fuzz $name"); fi
+done <"$fuzz_verdicts"
+rm -f "$fuzz_verdicts"
 echo "== aarch64 build (BPF objects and product binaries, cross-compiled; tests run on this host)"
 if make -j"$jobs" cross-arm64 >build/cross-arm64.log 2>&1; then
   passed=$((passed + 1))
