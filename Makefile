@@ -129,10 +129,10 @@ $(OUT)/tls-fault-peer: $(OUT)/obj/userspace/tools/tls_fault_peer.o
 	$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ -o $@ -lssl -lcrypto
 
 $(OUT)/unit_tests: $(UNIT_OBJS) $(LIB)
-	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main -lbrotlienc $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main -lbrotlienc -lexpat $(LDLIBS)
 
 $(OUT)/integration_tests: $(INTEG_OBJS) $(LIB)
-	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main -lbrotlienc $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main -lbrotlienc -lexpat $(LDLIBS)
 
 $(OUT)/bench_pipeline: $(BENCH_OBJS) $(LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lbenchmark $(LDLIBS)

@@ -12,6 +12,7 @@ packages=(
   libssl-dev                               # the metrics endpoint's TLS (OpenSSL); bcrypt comes with libc (libcrypt)
   libcapstone-dev                          # x86-64 instruction decoder: the RET instructions of Go's crypto/tls
   libgtest-dev libgmock-dev libbenchmark-dev
+  libexpat1-dev libxml2-utils              # the stream picture's tests: expat parses the SVG (unit), xmllint (integration)
   curl jq iproute2 python3 python3-yaml procps util-linux
   gnutls-bin                               # a TLS library infertap does not probe (gnutls-cli/gnutls-serv: muted after its handshake)
   stress-ng                                # a bounded CPU hog in the sample server's cgroup (load PSI test)
