@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "support/repo_file.h"
 #include "support/stream_json.h"
 #include "support/xml_dom.h"
 
@@ -269,6 +270,18 @@ TEST(StreamSvg, RecordsWithoutTimelineOrOfOtherRolesStillDraw) {
   const Drawn u = draw(upstream_leg);
   ASSERT_TRUE(u.doc.root) << u.doc.error;
   EXPECT_EQ(lane_keys(u.root()), (std::vector<std::string>{"peer_ns", "ts_ns", "downstream_ns", "delivered_ns"}));
+}
+
+// The picture in the README and docs/cli.md: a real capture drawn by
+// `infertap show --svg`, kept well-formed, with its three lanes and causes.
+TEST(StreamSvg, TheDocumentedPictureIsWellFormed) {
+  const std::string svg = testing::repo_file("docs/img/stream-gateway-buffering.svg");
+  const testing::XmlDocument doc = testing::parse_xml(svg);
+  ASSERT_TRUE(doc.root) << doc.error;
+  EXPECT_EQ(lane_keys(*doc.root), (std::vector<std::string>{"ts_ns", "peer_ns", "delivered_ns"}));
+  const std::string text = doc.root->all_text();
+  EXPECT_NE(text.find("model 322 ms"), std::string::npos);
+  EXPECT_NE(text.find("gateway_buffering"), std::string::npos);
 }
 
 }  // namespace
