@@ -33,17 +33,28 @@ const json& field(const json& j, const char* key) {
   return it == j.end() ? null : *it;
 }
 
+// Monotonic nanoseconds past this (146 years of uptime) are no time the
+// agent wrote: treated as absent, so that no sum or span can overflow.
+constexpr std::uint64_t kLatestNs = std::uint64_t{1} << 62;
+
+// A time in ns; 0 when absent, negative or past kLatestNs.
 std::uint64_t u64(const json& j, const char* key) {
   const json& v = field(j, key);
-  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-  if (v.is_number_integer()) return static_cast<std::uint64_t>(std::max<std::int64_t>(0, v.get<std::int64_t>()));
-  if (v.is_number_float()) return static_cast<std::uint64_t>(std::max(0.0, v.get<double>()));
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>() <= kLatestNs ? v.get<std::uint64_t>() : 0;
+  if (v.is_number_integer()) {
+    const std::int64_t i = v.get<std::int64_t>();
+    return i > 0 && static_cast<std::uint64_t>(i) <= kLatestNs ? static_cast<std::uint64_t>(i) : 0;
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    return d >= 0 && d <= static_cast<double>(kLatestNs) ? static_cast<std::uint64_t>(d) : 0;
+  }
   return 0;
 }
 
 std::optional<double> number(const json& j, const char* key) {
   const json& v = field(j, key);
-  if (!v.is_number()) return std::nullopt;
+  if (!v.is_number() || !std::isfinite(v.get<double>())) return std::nullopt;
   return v.get<double>();
 }
 
@@ -225,8 +236,8 @@ std::vector<Stall> stalls_of(const json& stalls) {
   if (!stalls.is_array()) return out;
   for (const json& s : stalls) {
     const std::uint64_t start = u64(s, "start_ns");
-    const double gap = number(s, "gap_ms").value_or(0.0);
-    if (!start || gap <= 0) continue;
+    const double gap = std::min(number(s, "gap_ms").value_or(0.0), 1e9);  // ms: 11 days at most
+    if (!start || !(gap > 0)) continue;
     out.push_back({start, start + static_cast<std::uint64_t>(gap * 1e6), gap, str(s, "cause"), str(s, "evidence")});
   }
   return out;
