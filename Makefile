@@ -63,7 +63,8 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.cpp,$(OUT)/fuzz/%,$(FUZZ_SRCS))
 # The library sources they need are compiled once (instrumented, no main)
 # and linked into each.
 FUZZ_LIB_SRCS := $(filter userspace/base/% userspace/protocol/% userspace/core/%,$(LIB_SRCS)) userspace/capture/event.cpp \
-                 userspace/capture/proc_maps.cpp userspace/capture/elf_file.cpp userspace/capture/elf_symbols.cpp userspace/capture/go_binary.cpp
+                 userspace/capture/proc_maps.cpp userspace/capture/elf_file.cpp userspace/capture/elf_symbols.cpp userspace/capture/go_binary.cpp \
+                 userspace/output/svg/stream_svg.cpp
 FUZZ_LIB_OBJS := $(patsubst %.cpp,$(OUT)/fuzz/obj/%.o,$(FUZZ_LIB_SRCS))
 FUZZ_COMMON := -std=c++20 -O1 -g -fno-sanitize-recover=undefined -Iinclude -Iuserspace -I$(OUT)
 FUZZ_FLAGS := $(FUZZ_COMMON) -fsanitize=fuzzer,address,undefined
@@ -129,10 +130,10 @@ $(OUT)/tls-fault-peer: $(OUT)/obj/userspace/tools/tls_fault_peer.o
 	$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ -o $@ -lssl -lcrypto
 
 $(OUT)/unit_tests: $(UNIT_OBJS) $(LIB)
-	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main -lbrotlienc $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main -lbrotlienc -lexpat $(LDLIBS)
 
 $(OUT)/integration_tests: $(INTEG_OBJS) $(LIB)
-	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main -lbrotlienc $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $^ -o $@ -lgtest -lgtest_main -lbrotlienc -lexpat $(LDLIBS)
 
 $(OUT)/bench_pipeline: $(BENCH_OBJS) $(LIB)
 	$(CXX) $(CXXFLAGS) $^ -o $@ -lbenchmark $(LDLIBS)
@@ -142,7 +143,7 @@ $(OUT)/fuzz/obj/%.o: %.cpp $(SKELS)
 	$(CLANG)++ $(FUZZ_COMMON) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
 
 $(OUT)/fuzz/fuzz_%: tests/fuzz/fuzz_%.cpp $(FUZZ_LIB_OBJS) $(SKELS) | $(OUT)/fuzz
-	$(CLANG)++ $(FUZZ_FLAGS) -MMD -MP -MF $(OUT)/fuzz/obj/fuzz_$*.d $< $(FUZZ_LIB_OBJS) -o $@ -lsimdjson -lz -lbrotlidec -lzstd -lelf -lnghttp2 -lcapstone
+	$(CLANG)++ $(FUZZ_FLAGS) -MMD -MP -MF $(OUT)/fuzz/obj/fuzz_$*.d $< $(FUZZ_LIB_OBJS) -o $@ -lsimdjson -lz -lbrotlidec -lzstd -lelf -lnghttp2 -lcapstone -lexpat
 
 fuzz: $(FUZZ_BINS)
 

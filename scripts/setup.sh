@@ -12,6 +12,7 @@ packages=(
   libssl-dev                               # the metrics endpoint's TLS (OpenSSL); bcrypt comes with libc (libcrypt)
   libcapstone-dev                          # x86-64 instruction decoder: the RET instructions of Go's crypto/tls
   libgtest-dev libgmock-dev libbenchmark-dev
+  libexpat1-dev libxml2-utils              # the stream picture's tests: expat parses the SVG (unit), xmllint (integration)
   curl jq iproute2 python3 python3-yaml procps util-linux
   gnutls-bin                               # a TLS library infertap does not probe (gnutls-cli/gnutls-serv: muted after its handshake)
   stress-ng                                # a bounded CPU hog in the sample server's cgroup (load PSI test)
@@ -36,6 +37,12 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+
+# kubectl builds deploy/ (`kubectl kustomize`, tests/deploy/validate_schemas.py):
+# Debian's kubernetes-client, unless a kubectl is there already (another
+# package's, e.g. the Google Cloud CLI's, which owns /usr/bin/kubectl).
+command -v kubectl >/dev/null 2>&1 ||
+  dpkg-query -W -f='${Status}' kubernetes-client 2>/dev/null | grep -q "install ok installed" || missing+=(kubernetes-client)
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup.sh: installing ${missing[*]}"
@@ -62,6 +69,9 @@ fi
 # is NodeSource's; Debian's own nodejs needs the npm package.
 node_prefix=/opt/infertap-test
 node_packages=(ollama@0.6.4 openai@4.104.0)  # openai: Node's own, statically linked OpenSSL (TLS tests)
+# The deploy manifests' validators compiled from the Kubernetes v1.36 OpenAPI
+# and the prometheus-operator CRDs (tests/deploy/validate_openapi.mjs).
+node_packages+=(kubernetes-models@5.1.0 @kubernetes-models/prometheus-operator@6.0.0)
 if ! command -v npm >/dev/null 2>&1; then
   echo "setup.sh: installing npm"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null ||

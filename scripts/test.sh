@@ -2,7 +2,8 @@
 # The whole test suite: installs dependencies, builds, then runs unit tests,
 # each libFuzzer harness briefly (ASan/UBSan), the aarch64 cross build, the BPF
 # integration tests (root: real programs, real servers and clients), the layer
-# order of the includes, the deploy manifests and a short benchmark smoke run.
+# order of the includes, the deploy manifests (and their schemas, offline) and
+# a short benchmark smoke run.
 # Prints "N passed, N failed" last; exits non-zero on any failure.
 #
 #   FUZZ_SECONDS=20   seconds per fuzzer
@@ -120,6 +121,14 @@ if python3 tests/deploy/validate_manifests.py; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1)); failures+=("deploy manifests")
+fi
+
+# Debian's python3 and python3-jsonschema, kubectl, and the npm validators setup.sh installed.
+echo "== deploy manifests against the Kubernetes v1.36 and prometheus-operator schemas (kubectl kustomize)"
+if /usr/bin/python3 tests/deploy/validate_schemas.py; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); failures+=("deploy schemas")
 fi
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then

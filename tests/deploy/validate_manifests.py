@@ -14,6 +14,8 @@ import os
 import re
 import sys
 
+from checklist import Checklist
+
 try:
     import yaml
 except ImportError:  # pragma: no cover
@@ -44,18 +46,8 @@ HOST_PATHS = {
     "/var/log/containers": ("/var/log/containers", True),
 }
 
-failures = []
-passes = 0
-
-
-def check(cond, what):
-    global passes
-    if cond:
-        passes += 1
-    else:
-        failures.append(what)
-        print("FAIL: " + what)
-    return cond
+checklist = Checklist()
+check = checklist.check
 
 
 def get(obj, *path, default=None):
@@ -158,6 +150,7 @@ def check_daemonset(docs):
     check(any(t.get("operator") == "Exists" and not t.get("key") and not t.get("effect")
               for t in spec.get("tolerations") or []), "tolerates every taint (operator: Exists)")
     check(spec.get("automountServiceAccountToken") is False, "service account token not mounted")
+    check(spec.get("enableServiceLinks") is False, "no Service environment variables (enableServiceLinks: false)")
 
     sas = {get(d, "metadata", "name") for d in by_kind(docs, "ServiceAccount")}
     check(spec.get("serviceAccountName") in sas, f"serviceAccountName {spec.get('serviceAccountName')!r} is defined")
@@ -183,6 +176,10 @@ def check_daemonset(docs):
     check(sorted(add) == sorted(CAPS_ADD) and len(add) == len(set(add)),
           f"capabilities add exactly {sorted(CAPS_ADD)} (got {add!r})")
     check(get(spec, "securityContext", "capabilities") is None, "no pod-level capabilities")
+    check(get(sc, "seccompProfile", "type") == "RuntimeDefault", "seccompProfile: RuntimeDefault")
+    # Naming RuntimeDefault makes the kubelet refuse the pod on nodes without AppArmor (deploy/README.md).
+    check(get(sc, "appArmorProfile") is None and get(spec, "securityContext", "appArmorProfile") is None,
+          "appArmorProfile unset: the runtime's default where the node has AppArmor")
 
     ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
     check(ports.get("metrics") == METRICS_PORT, f"container port 'metrics' is {METRICS_PORT}")
@@ -279,8 +276,7 @@ def main():
     check_caps_commented()
     check_configmap(docs)
     check_dockerfile()
-    print(f"validate_manifests: {passes} checks passed, {len(failures)} failed")
-    return 1 if failures else 0
+    return checklist.summary("validate_manifests")
 
 
 if __name__ == "__main__":

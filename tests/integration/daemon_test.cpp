@@ -14,8 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/api.h"
 #include "support/live_test.h"
 #include "support/process.h"
+#include "support/xml_dom.h"
 
 namespace infertap {
 namespace {
@@ -68,12 +70,14 @@ class Daemon : public testing::LiveTest {
  protected:
   Daemon() : LiveTest("infertap-daemon") {}
 
-  std::optional<Process> start_daemon(const std::string& tag) {
+  // `timeline`: --timeline (records written with their timelines); the API keeps them either way.
+  std::optional<Process> start_daemon(const std::string& tag, bool timeline = true) {
     const std::string ready = path("ready-" + tag);
-    auto d = Process::spawn({build_dir() + "/infertapd", "--port", std::to_string(port_), "--timeline", "--socket",
-                             path("api.sock"), "--metrics-listen", "127.0.0.1:0", "--ready-file", ready, "-o",
-                             path("records-" + tag + ".ndjson")},
-                            path("daemon-" + tag + ".log"));
+    std::vector<std::string> argv = {build_dir() + "/infertapd", "--port", std::to_string(port_), "--socket",
+                                     path("api.sock"), "--metrics-listen", "127.0.0.1:0", "--ready-file", ready, "-o",
+                                     path("records-" + tag + ".ndjson")};
+    if (timeline) argv.push_back("--timeline");
+    auto d = Process::spawn(argv, path("daemon-" + tag + ".log"));
     EXPECT_TRUE(d);
     EXPECT_TRUE(testing::wait_for_file(ready, 20s)) << testing::read_file(path("daemon-" + tag + ".log"));
     return d;
@@ -85,6 +89,34 @@ class Daemon : public testing::LiveTest {
     return run(argv, path("cli.out"));
   }
 
+  // Sample traffic on port_: `streams` streams of 12 tokens, one 250 ms pause after the 6th.
+  void sample_traffic(const std::string& model, int streams) {
+    auto server = Process::spawn({build_dir() + "/sample-server", "--port", std::to_string(port_), "--ttft-ms", "20",
+                                  "--itl-ms", "5", "--pause-after", "6", "--pause-ms", "250", "--model", model},
+                                 path("server.out"));
+    ASSERT_TRUE(server);
+    for (int i = 0; i < 100 && testing::read_file(path("server.out")).find("listening") == std::string::npos; ++i)
+      std::this_thread::sleep_for(20ms);
+    auto [client_rc, client_out] = run({build_dir() + "/sample-client", "--port", std::to_string(port_),
+                                        "--concurrency", std::to_string(streams), "--tokens", "12", "--model", model},
+                                       path("client.out"));
+    ASSERT_EQ(client_rc, 0) << client_out;
+    std::this_thread::sleep_for(300ms);
+    server->stop(5s);
+  }
+
+  // The newest finished record of this role and model the daemon keeps.
+  json kept_record(const std::string& role, const std::string& model) {
+    auto [rc, out] = cli({"streams", "-o", "json", "-n", "50"});
+    EXPECT_EQ(rc, 0) << out;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      const json r = json::parse(line, nullptr, false);
+      if (r.is_object() && r.value("role", "") == role && r.value("model", "") == model) return r;
+    }
+    ADD_FAILURE() << "no " << role << " record of " << model << " in:\n" << out;
+    return json();
+  }
 };
 
 TEST_F(Daemon, CliSeesTheTimedStreamsAndStopLeavesNoProgramsBehind) {
@@ -98,17 +130,7 @@ TEST_F(Daemon, CliSeesTheTimedStreamsAndStopLeavesNoProgramsBehind) {
   ASSERT_TRUE(watcher);
   std::this_thread::sleep_for(200ms);
 
-  auto server = Process::spawn({build_dir() + "/sample-server", "--port", std::to_string(port_), "--ttft-ms", "20",
-                                "--itl-ms", "5", "--pause-after", "6", "--pause-ms", "250", "--model", "daemon-model"},
-                               path("server.out"));
-  ASSERT_TRUE(server);
-  for (int i = 0; i < 100 && testing::read_file(path("server.out")).find("listening") == std::string::npos; ++i)
-    std::this_thread::sleep_for(20ms);
-  auto [client_rc, client_out] = run({build_dir() + "/sample-client", "--port", std::to_string(port_),
-                                      "--concurrency", "2", "--tokens", "12", "--model", "daemon-model"},
-                                     path("client.out"));
-  ASSERT_EQ(client_rc, 0) << client_out;
-  std::this_thread::sleep_for(300ms);
+  sample_traffic("daemon-model", 2);
 
   // streams: two server and two client records of this model.
   auto [rc, out] = cli({"streams", "-o", "json", "-n", "20"});
@@ -158,7 +180,6 @@ TEST_F(Daemon, CliSeesTheTimedStreamsAndStopLeavesNoProgramsBehind) {
   EXPECT_EQ(watched, 4);
 
   // SIGTERM: clean exit, no programs left, the API socket removed.
-  server->stop(5s);
   auto st = daemon->stop(10s);
   ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << testing::read_file(path("daemon-first.log"));
   // The kernel frees programs shortly after their last reference goes (RCU).
@@ -181,6 +202,68 @@ TEST_F(Daemon, CliSeesTheTimedStreamsAndStopLeavesNoProgramsBehind) {
   EXPECT_EQ(rc, 0) << out;
   st = again->stop(10s);
   EXPECT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0);
+}
+
+// `infertap show ID --svg FILE` with the daemon's defaults (records written
+// without timelines: the API keeps them anyway): a picture of the timed
+// stream that xmllint accepts, with the injected pause shaded as a model
+// stall where the record has it, and the API's "format":"svg" drawing the same.
+TEST_F(Daemon, ShowSvgDrawsTheTimedStreamWithTheDefaults) {
+  auto daemon = start_daemon("svg", /*timeline=*/false);
+  ASSERT_TRUE(daemon);
+  sample_traffic("svg-model", 1);
+  const json summary = kept_record("server", "svg-model");
+  ASSERT_TRUE(summary.is_object());
+  const std::string id = summary["stream_id"];
+  EXPECT_FALSE(summary.contains("timeline"));
+
+  const std::string file = path("stream.svg");
+  auto [rc, out] = cli({"show", id, "--svg", file});
+  ASSERT_EQ(rc, 0) << out;
+  const std::string svg = testing::read_file(file);
+  ASSERT_FALSE(svg.empty());
+  ASSERT_EQ(access("/usr/bin/xmllint", X_OK), 0) << "xmllint missing: run scripts/setup.sh (Debian libxml2-utils)";
+  std::tie(rc, out) = run({"/usr/bin/xmllint", "--noout", file}, path("xmllint.out"));
+  EXPECT_EQ(rc, 0) << "xmllint rejects the picture: " << out;
+
+  // The record the picture was drawn from, with its timeline.
+  std::tie(rc, out) = cli({"show", id, "-o", "json"});
+  ASSERT_EQ(rc, 0) << out;
+  const json record = json::parse(out);
+  ASSERT_TRUE(record["timeline"].is_array()) << out;
+  ASSERT_EQ(record["stalls"].size(), 1u) << out;
+  const json& stall = record["stalls"][0];
+  EXPECT_EQ(stall["cause"], "model") << out;
+
+  const testing::XmlDocument doc = testing::parse_xml(svg);
+  ASSERT_TRUE(doc.root) << doc.error;
+  const auto emit = doc.root->find([](const testing::XmlNode& n) { return n.has_class("lane") && n.attr("data-key") == "ts_ns"; });
+  ASSERT_EQ(emit.size(), 1u);
+  double ticked = 0;
+  for (const auto* t : emit[0]->find("line", "tick")) ticked += t->number("data-n");
+  EXPECT_EQ(ticked, static_cast<double>(record["timeline"].size())) << "every event of the timeline has its tick";
+  const auto stalls = emit[0]->find("rect", "stall");
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_EQ(stalls[0]->attr("data-cause"), "model");
+  const double start_ms = static_cast<double>(stall["start_ns"].get<std::uint64_t>() -
+                                              record["request_end_ns"].get<std::uint64_t>()) / 1e6;
+  EXPECT_NEAR(stalls[0]->number("data-start-ms"), start_ms, 0.01);
+  EXPECT_NEAR(stalls[0]->number("data-end-ms") - stalls[0]->number("data-start-ms"), stall["gap_ms"].get<double>(), 0.01);
+  EXPECT_GE(stall["gap_ms"].get<double>(), 240.0);
+  EXPECT_NE(emit[0]->all_text().find("model"), std::string::npos);
+
+  // The API draws the same picture.
+  daemon::ApiClient api(path("api.sock"));
+  const json answer = api.request({{"cmd", "show"}, {"id", id}, {"format", "svg"}});
+  ASSERT_EQ(answer.value("ok", false), true) << answer.dump().substr(0, 500);
+  EXPECT_EQ(answer["svg"].get<std::string>(), svg);
+
+  // A stream the daemon does not have: exit 1, no file.
+  std::tie(rc, out) = cli({"show", "999999-0", "--svg", path("none.svg")});
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(access(path("none.svg").c_str(), F_OK), 0);
+  auto st = daemon->stop(10s);
+  EXPECT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << testing::read_file(path("daemon-svg.log"));
 }
 
 }  // namespace

@@ -380,5 +380,32 @@ TEST(ApiHandle, WithoutASocket) {
   EXPECT_EQ(json::parse(server.handle(R"({"cmd":"streams"})"))["streams"], json::array());
 }
 
+// "format":"svg": the record's picture (output/svg) instead of its JSON;
+// a record whose timeline was released has nothing to draw.
+TEST(ApiHandle, ShowDrawsTheRecordAsSvg) {
+  RecordStore store;
+  store.add(record(1));
+  ApiServer server(store, ApiOptions{});
+  const json drawn = json::parse(server.handle(R"({"cmd":"show","id":"1-0","format":"svg"})"));
+  ASSERT_EQ(drawn["ok"], true) << drawn;
+  EXPECT_FALSE(drawn.contains("record"));
+  const std::string svg = drawn["svg"];
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  EXPECT_NE(svg.find("<rect class=\"stall "), std::string::npos) << "the record's 320 ms stall is drawn";
+  EXPECT_EQ(json::parse(server.handle(R"({"cmd":"show","id":"1-0","format":"json"})"))["record"]["stream_id"], "1-0");
+  const json bad = json::parse(server.handle(R"({"cmd":"show","id":"1-0","format":"png"})"));
+  EXPECT_EQ(bad["ok"], false);
+  EXPECT_NE(bad["error"].get<std::string>().find("\"format\""), std::string::npos) << bad;
+
+  StoreOptions no_timelines;
+  no_timelines.max_record_timeline_bytes = 1;
+  RecordStore bare(no_timelines);
+  bare.add(record(2));
+  ApiServer bare_server(bare, ApiOptions{});
+  const json refused = json::parse(bare_server.handle(R"({"cmd":"show","id":"2-0","format":"svg"})"));
+  EXPECT_EQ(refused["ok"], false);
+  EXPECT_NE(refused["error"].get<std::string>().find("no timeline kept"), std::string::npos) << refused;
+}
+
 }  // namespace
 }  // namespace infertap::daemon

@@ -4,8 +4,11 @@
 // 4 permission denied.
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -18,6 +21,7 @@
 #include "cli/format.h"
 #include "daemon/api.h"
 #include "output/format.h"
+#include "output/svg/stream_svg.h"
 
 namespace {
 
@@ -41,6 +45,7 @@ struct Options {
   std::string id;              // show
   std::size_t width = 80;      // show
   bool ascii = false;          // show
+  std::string svg_file;        // show: write the stream's picture here ("-": stdout)
   double interval = 2.0;       // top
   bool once = false;           // top
   double window = 60.0;        // top
@@ -72,6 +77,8 @@ Commands add_commands(CLI::App& app, Options& o) {
   c.show->add_option("ID", o.id, "stream_id, e.g. 12-0 (see `infertap streams`)")->required();
   c.show->add_option("--width", o.width, "columns the gap picture is scaled to")->check(CLI::Range(40, 1000))->capture_default_str();
   c.show->add_flag("--ascii", o.ascii, "ASCII picture instead of block characters");
+  c.show->add_option("--svg", o.svg_file, "write the stream as an SVG picture to FILE (- for stdout)")
+      ->type_name("FILE");
   add_output(c.show);
   c.top = app.add_subcommand("top", "per process/model/route over the last 60 s, refreshed");
   c.top->add_option("--interval", o.interval, "seconds between refreshes")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
@@ -124,9 +131,35 @@ int run_streams(ApiClient& client, const Options& o) {
   return kExitOk;
 }
 
+// The picture is drawn here, from the record the daemon sends, rather than
+// by the daemon: the agent's CPU is for capture.
+int write_svg(const json& response, const Options& o) {
+  if (!response.value("timeline_kept", false)) {
+    std::cerr << "infertap: stream " << printable(o.id)
+              << " has no timeline kept (infertapd releases the oldest timelines past its 64 MiB budget): "
+                 "nothing to draw\n";
+    return kExitFailed;
+  }
+  const std::string svg = infertap::output::render_stream_svg(response["record"]);
+  if (o.svg_file == "-") {
+    std::cout << svg;
+    return std::cout.flush() ? kExitOk : kExitFailed;
+  }
+  std::ofstream out(o.svg_file, std::ios::binary | std::ios::trunc);
+  out << svg;
+  out.close();
+  if (!out) {
+    std::cerr << "infertap: cannot write " << printable(o.svg_file) << ": " << std::strerror(errno) << "\n";
+    return kExitFailed;
+  }
+  std::cerr << "infertap: stream " << printable(o.id) << " drawn to " << printable(o.svg_file) << "\n";
+  return kExitOk;
+}
+
 int run_show(ApiClient& client, const Options& o) {
   auto r = call(client, {{"cmd", "show"}, {"id", o.id}});
   if (!r) return kExitFailed;
+  if (!o.svg_file.empty()) return write_svg(*r, o);
   if (o.as_json()) {
     std::cout << json_text((*r)["record"]) << "\n";
     return kExitOk;

@@ -14,6 +14,7 @@
 
 #include "base/clock.h"
 #include "output/format.h"
+#include "output/svg/stream_svg.h"
 
 namespace infertap::daemon {
 namespace {
@@ -104,6 +105,32 @@ ReadResult read_line(int fd, std::string& buffer, std::string& line, std::size_t
     }
     buffer.append(chunk, static_cast<std::size_t>(n));
   }
+}
+
+// `show`: one kept record, as JSON (the record with its timeline when kept)
+// or, with "format":"svg", as its picture (docs/cli.md).
+std::string show(const RecordStore& store, const json& request) {
+  const json id = request.value("id", json());
+  if (!id.is_string()) return error_response("\"show\" needs \"id\" (a stream_id such as \"12-0\")");
+  const json format = request.value("format", json("json"));
+  if (format != "json" && format != "svg") return error_response("\"format\" must be \"json\" or \"svg\"");
+  const auto found = store.find(id.get<std::string>());
+  if (!found) {
+    return error_response("no stream " + id.get<std::string>() + " among the last " + std::to_string(store.size()) +
+                          " finished streams kept");
+  }
+  if (format == "json") {
+    return std::string("{\"ok\":true,\"timeline_kept\":") + (found->timeline_kept ? "true" : "false") +
+           ",\"record\":" + found->line + "}";
+  }
+  if (!found->timeline_kept) {
+    return error_response("stream " + id.get<std::string>() +
+                          " has no timeline kept (the oldest timelines are released past the store's budget): "
+                          "nothing to draw");
+  }
+  const json record = json::parse(found->line, nullptr, false);
+  if (!record.is_object()) return error_response("the kept record of stream " + id.get<std::string>() + " is not JSON");
+  return dump(json{{"ok", true}, {"timeline_kept", true}, {"svg", output::render_stream_svg(record)}});
 }
 
 }  // namespace
@@ -328,17 +355,7 @@ std::string ApiServer::handle(std::string_view request_line) const {
     }
     return "{\"ok\":true,\"streams\":" + store_.recent_json(static_cast<std::size_t>(limit.get<std::int64_t>())) + "}";
   }
-  if (cmd == "show") {
-    const json id = request.value("id", json());
-    if (!id.is_string()) return error_response("\"show\" needs \"id\" (a stream_id such as \"12-0\")");
-    const auto found = store_.find(id.get<std::string>());
-    if (!found) {
-      return error_response("no stream " + id.get<std::string>() + " among the last " +
-                            std::to_string(store_.size()) + " finished streams kept");
-    }
-    return std::string("{\"ok\":true,\"timeline_kept\":") + (found->timeline_kept ? "true" : "false") +
-           ",\"record\":" + found->line + "}";
-  }
+  if (cmd == "show") return show(store_, request);
   if (cmd == "stats") {
     const json by = request.value("by", json("model"));
     const auto group = by.is_string() ? parse_group_by(by.get<std::string>()) : std::nullopt;
