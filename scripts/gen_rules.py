@@ -62,28 +62,37 @@ def by(labels):
 # ---- histogram families ---------------------------------------------------------
 
 
-def ttft_source(window):
-    """TTFT buckets of both sides under one name: the server's time to first
-    token (vantage server) and the client's time to first chunk (vantage client,
-    acked), with infertap's `model` (the response's model, else the request's)."""
+# The gen_ai_* labels TTFT is summed by before `model` is made from two of
+# them: the label functions then run over the few summed series, not every
+# raw one.
+GEN_AI_KEEP = ["gen_ai_response_model", "gen_ai_request_model", "route", "vantage"]
+MODEL_FROM_GEN_AI = '"model", "${1}${2}", "model", "unknown\\\\|(.+)|([^|]+)\\\\|.*"'
+
+
+def ttft_over(func, suffix, window, keep):
+    """TTFT series of both sides under one name: the server's time to first
+    token (vantage server) and the client's time to first chunk (vantage
+    client, acked), with infertap's `model` (the response's model, else the
+    request's), summed by `keep` (with `le` for buckets)."""
 
     def one(metric):
-        joined = f'label_join(rate({metric}_bucket[{window}]), "model", "|", "gen_ai_response_model", "gen_ai_request_model")'
-        return f'label_replace({joined}, "model", "${{1}}${{2}}", "model", "unknown\\\\|(.+)|([^|]+)\\\\|.*")'
+        inner = f"sum by ({by(GEN_AI_KEEP + [l for l in keep if l not in COHORT])}) ({func}({metric}_{suffix}[{window}]))"
+        joined = f'label_join({inner}, "model", "|", "gen_ai_response_model", "gen_ai_request_model")'
+        return f"label_replace({joined}, {MODEL_FROM_GEN_AI})"
 
-    return f"""sum by ({by(COHORT + ['le'])}) (
+    return f"""sum by ({by(keep)}) (
   {one('gen_ai_server_time_to_first_token_seconds')}
   or
   {one('gen_ai_client_operation_time_to_first_chunk_seconds')}
 )"""
 
 
-def ttft_count(window):
-    return f"""sum by ({by(COHORT)}) (
-  label_replace(label_join(increase(gen_ai_server_time_to_first_token_seconds_count[{window}]), "model", "|", "gen_ai_response_model", "gen_ai_request_model"), "model", "${{1}}${{2}}", "model", "unknown\\\\|(.+)|([^|]+)\\\\|.*")
-  or
-  label_replace(label_join(increase(gen_ai_client_operation_time_to_first_chunk_seconds_count[{window}]), "model", "|", "gen_ai_response_model", "gen_ai_request_model"), "model", "${{1}}${{2}}", "model", "unknown\\\\|(.+)|([^|]+)\\\\|.*")
-)"""
+def ttft_source(window, extra=()):
+    return ttft_over("rate", "bucket", window, COHORT + list(extra) + ["le"])
+
+
+def ttft_count(window, extra=()):
+    return ttft_over("increase", "count", window, COHORT + list(extra))
 
 
 # name recorded -> (source metric or None for TTFT, quantiles, node quantiles)
@@ -140,7 +149,7 @@ def cohort_rules():
 def node_source(name, source, window):
     if source is not None:
         return f"sum by ({by(COHORT + NODE + ['le'])}) (rate({source}_bucket[{window}]))"
-    return ttft_source(window).replace(f"sum by ({by(COHORT + ['le'])})", f"sum by ({by(COHORT + NODE + ['le'])})")
+    return ttft_source(window, NODE)
 
 
 def node_rules():
@@ -152,8 +161,7 @@ def node_rules():
                                     f"histogram_quantile({q}, {node_source(name, source, w)})"))
         rules.append(record(f"node_cohort:infertap_tokens_per_second_count:increase{w}",
                             f"sum by ({by(COHORT + NODE)}) (increase(infertap_tokens_per_second_count[{w}]))"))
-        rules.append(record(f"node_cohort:infertap_ttft_seconds_count:increase{w}",
-                            ttft_count(w).replace(f"sum by ({by(COHORT)})", f"sum by ({by(COHORT + NODE)})")))
+        rules.append(record(f"node_cohort:infertap_ttft_seconds_count:increase{w}", ttft_count(w, NODE)))
         rules.append(record(f"node_cohort:infertap_streams:increase{w}",
                             f"sum by ({by(BASE + NODE)}) (increase(infertap_streams_total[{w}]))"))
         rules.append(record(f"node_cohort_cause:infertap_stalls:rate{w}",
@@ -227,23 +235,26 @@ def daily_rules():
 # ---- alerts ---------------------------------------------------------------------
 
 
-def setting(name):
-    return f'cohort:infertap_objective:setting{{setting="{name}"}}'
+def setting(name, vantage=None):
+    selector = f', vantage="{vantage}"' if vantage else ""
+    return f'cohort:infertap_objective:setting{{setting="{name}"{selector}}}'
 
 
 ON_BASE = f"on({by(BASE)}) group_left()"
+# The delivery path is judged with the objective of the server side of the
+# model and route: the delivery views are the server records' own.
+ON_SERVER = "on(model, route) group_left()"
 
 
-def worse_than(ref, ratio, floor, higher_is_worse):
+def worse_than(ref, ratio, floor, higher_is_worse, on=ON_BASE, vantage=None):
     """The materiality threshold of a reference: worse by the ratio AND by the
     floor, i.e. max(ref * ratio, ref + floor) (min(ref / ratio, ref - floor) when
     lower is worse). `ref` keeps its labels; ratio and floor are per cohort."""
+    r, f = setting(ratio, vantage), setting(floor, vantage)
     if higher_is_worse:
-        a = f"({ref}) * {ON_BASE} {setting(ratio)}"
-        b = f"({ref}) + {ON_BASE} {setting(floor)}"
+        a, b = f"({ref}) * {on} {r}", f"({ref}) + {on} {f}"
         return f"(({a}) >= ({b})) or ({b})"
-    a = f"({ref}) / {ON_BASE} {setting(ratio)}"
-    b = f"({ref}) - {ON_BASE} {setting(floor)}"
+    a, b = f"({ref}) / {on} {r}", f"({ref}) - {on} {f}"
     return f"(({a}) <= ({b})) or ({b})"
 
 
@@ -270,12 +281,12 @@ def enough(count):
     return f"({count} >= {ON_BASE} {setting('min_streams')})"
 
 
-def with_objective(expr):
+def with_objective(expr, on=BASE, primary="cohort:infertap_objective:primary"):
     """The cohort's objective as a label (the value unchanged)."""
     return f"""(
 {indent(expr)}
 )
-* on({by(BASE)}) group_left(objective) (0 * cohort:infertap_objective:primary + 1)"""
+* on({by(on)}) group_left(objective) (0 * {primary} + 1)"""
 
 
 def breach_alert(alert, value, labels, ref, ref_labels, ratio, floor, higher_is_worse, count, extra_enter=""):
@@ -322,30 +333,33 @@ def alert_rules():
                      "ttft_floor_seconds", True, ttft_n),
         "10m", "warning",
         "TTFT of {{ $labels.model }} {{ $labels.route }} ({{ $labels.vantage }}) materially above objective {{ $labels.objective }}",
-        "The median time to first token over 5 m is {{ $value | humanizeDuration }}, above the objective's "
-        "ttft_seconds by its ratio and floor, for 10 m. It recovers once back at ttft_seconds."))
+        "The median time to first token over 5 m (cohort:infertap_ttft_seconds:p50_5m) is above the objective's "
+        "ttft_seconds by its objective_ratio and ttft_floor_seconds, for 10 m. It recovers once back at ttft_seconds."))
     rules.append(alert(
         "InfertapTTFTAboveBaseline", baseline_alert("InfertapTTFTAboveBaseline", ttft, ttft_n, "ttft_floor_seconds", True),
         "15m", "warning",
         "TTFT of {{ $labels.model }} {{ $labels.route }} ({{ $labels.vantage }}) materially above yesterday's",
-        "The median time to first token over 5 m is {{ $value | humanizeDuration }}, above the cohort's own "
-        "median of the same hour a day before by baseline_ratio and ttft_floor_seconds, for 15 m."))
+        "The median time to first token over 5 m (cohort:infertap_ttft_seconds:p50_5m) is above the cohort's own "
+        "median of the same hour a day before by baseline_ratio and ttft_floor_seconds, for 15 m. It recovers once "
+        "back at that median."))
     rules.append(alert(
         "InfertapDecodeBelowObjective",
         breach_alert("InfertapDecodeBelowObjective", rate, COHORT, setting("min_tokens_per_second"), BASE,
                      "objective_ratio", "rate_floor_tokens_per_second", False, rate_n),
         "10m", "warning",
         "Decode rate of {{ $labels.model }} {{ $labels.route }} ({{ $labels.vantage }}) materially below objective {{ $labels.objective }}",
-        "The median post-first-token rate over 5 m is {{ $value | humanize }} tokens/s, below the objective's "
-        "min_tokens_per_second by its ratio and floor, for 10 m. It recovers once back at min_tokens_per_second."))
+        "The median post-first-token rate over 5 m (cohort:infertap_tokens_per_second:p50_5m) is below the objective's "
+        "min_tokens_per_second by its objective_ratio and rate_floor_tokens_per_second, for 10 m. It recovers once "
+        "back at min_tokens_per_second."))
     rules.append(alert(
         "InfertapDecodeBelowBaseline",
         baseline_alert("InfertapDecodeBelowBaseline", rate, rate_n, "rate_floor_tokens_per_second", False),
         "15m", "warning",
         "Decode rate of {{ $labels.model }} {{ $labels.route }} ({{ $labels.vantage }}) materially below yesterday's",
-        "The median post-first-token rate over 5 m is {{ $value | humanize }} tokens/s, below the cohort's own "
-        "median of the same hour a day before by baseline_ratio and rate_floor_tokens_per_second, for 15 m. "
-        "A new serving identity is compared with its own history only, a day after it appeared."))
+        "The median post-first-token rate over 5 m (cohort:infertap_tokens_per_second:p50_5m) is below the cohort's "
+        "own median of the same hour a day before by baseline_ratio and rate_floor_tokens_per_second, for 15 m. It "
+        "recovers once back at that median. A new serving identity is compared with its own history only, a day "
+        "after it appeared."))
 
     # Per node against the same cohort across the fleet.
     for name, value, ref, floor, hiw, count, what in [
@@ -367,16 +381,22 @@ def alert_rules():
     lag = f"max by ({by(BASE)}) (cohort:infertap_delivery_lag_seconds:p95_5m)"
     share = f'max by ({by(BASE)}) (cohort_cause:infertap_path_degraded_streams:ratio_rate5m{{cause=~"{PATH_CAUSES}"}})'
     n = f"sum by ({by(BASE)}) (cohort:infertap_delivery_lag_seconds_count:increase5m)"
-    ratio = setting("objective_ratio")
+    server_setting = lambda name: setting(name, "server")  # noqa: E731
+    lag_threshold = worse_than(server_setting("delivery_lag_seconds"), "objective_ratio", "lag_floor_seconds", True,
+                               on="on(model, route, vantage) group_left()", vantage="server")
+    share_threshold = f"{server_setting('max_path_degraded_share')} * ignoring(setting) {server_setting('objective_ratio')}"
+    min_streams = f"({n} >= {ON_SERVER} {server_setting('min_streams')})"
+    on_server = ["model", "route"]
+    server_primary = 'cohort:infertap_objective:primary{vantage="server"}'
     enter = with_objective(f"""(
-  {lag} > {ON_BASE} ({worse_than(setting('delivery_lag_seconds'), 'objective_ratio', 'lag_floor_seconds', True)})
+  {lag} > {ON_SERVER} ({lag_threshold})
   or
-  {share} > {ON_BASE} ({setting('max_path_degraded_share')} * ignoring(setting) {ratio})
+  {share} > {ON_SERVER} ({share_threshold})
 )
-and on({by(BASE)}) {enough(n)}""")
-    stay = with_objective(f"""{lag} > {ON_BASE} {setting('delivery_lag_seconds')}
+and on({by(BASE)}) {min_streams}""", on_server, server_primary)
+    stay = with_objective(f"""{lag} > {ON_SERVER} {server_setting('delivery_lag_seconds')}
 or
-{share} > {ON_BASE} {setting('max_path_degraded_share')}""")
+{share} > {ON_SERVER} {server_setting('max_path_degraded_share')}""", on_server, server_primary)
     server_unhealthy = f"""(
   {rate}{{vantage="server"}} < {ON_BASE} {setting('min_tokens_per_second')}
   or
@@ -471,13 +491,13 @@ def outputs():
     return {RULES_FILE: dump(rules), CRD_FILE: dump(crd)}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
-    args = ap.parse_args()
+def write_or_check(files, check, regenerate):
+    """Writes each path's text; with `check`, writes nothing and returns 1
+    naming the files whose text differs (`regenerate`: the command that
+    rewrites them)."""
     stale = []
-    for path, text in outputs().items():
-        if args.check:
+    for path, text in files.items():
+        if check:
             try:
                 with open(path, encoding="utf-8") as f:
                     current = f.read()
@@ -490,9 +510,15 @@ def main():
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
     if stale:
-        print("gen_rules: out of date (run scripts/gen_rules.py): " + ", ".join(stale), file=sys.stderr)
+        print(f"out of date (run {regenerate}): " + ", ".join(stale), file=sys.stderr)
         return 1
     return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
+    return write_or_check(outputs(), ap.parse_args().check, "scripts/gen_rules.py")
 
 
 if __name__ == "__main__":
