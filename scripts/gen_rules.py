@@ -209,12 +209,14 @@ sum by (objective, {by(BASE)}) (rate(infertap_objective_streams_total[{w}]))""")
 def identity_rules():
     return [
         record("identity:infertap_serving_identity:max", f"max by ({by(IDENTITY)}) (infertap_serving_identity)"),
-        # New: serving now, and not yet at the start of the window the
-        # day-before baselines (…_1h offset 1d) are taken from; so a cohort's
-        # baseline is compared only once it is the new identity's own.
+        # New: serving now, and not yet serving by the start of the hour the
+        # day-before baselines (…_1h offset 1d) are taken from, so a cohort's
+        # baseline is compared only once it is the new identity's own. (Seen
+        # at any time in the hour before that start: an identity of sparse
+        # traffic, absent at one instant, is not new.)
         record("identity:infertap_serving_identity:new", f"""identity:infertap_serving_identity:max
 unless on({by(IDENTITY)})
-identity:infertap_serving_identity:max offset 25h"""),
+max_over_time(identity:infertap_serving_identity:max[1h] offset 25h)"""),
     ]
 
 

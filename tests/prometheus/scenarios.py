@@ -289,7 +289,13 @@ def fleet_wide_slowdown():
               + alerts_at(H(25, 45), decode)
               + alerts_at(H(26, 0), {**decode, "InfertapObjectiveBurnSlow": slow_burn})
               + alerts_at(H(26, 45), {}))
-    return DAY_EVAL, [{"name": "fleet-wide slowdown", "fleet": f, "alerts": checks, "exprs": []}]
+    # Seed 003's day over day, before the slowdown: a day like the one before.
+    daily = [{"expr": name, "eval_time": "25h15m", "exp_samples": [sample(name, SERVER, value)]}
+             for name, value in (("cohort:infertap_tokens_per_second:p50_1d", 57.5),
+                                 ("cohort:infertap_tokens_per_second:p50_1d_dod", 1),
+                                 ("cohort:infertap_ttft_seconds:p50_1d", 0.175),
+                                 ("cohort:infertap_ttft_seconds:p50_1d_dod", 1))]
+    return DAY_EVAL, [{"name": "fleet-wide slowdown", "fleet": f, "alerts": checks, "exprs": daily}]
 
 
 def model_upgrade():
