@@ -106,13 +106,15 @@ class Fleet:
         self._inc(name + "_count", labels, minute, n)
 
     def streams(self, node, minutes, per_minute, rate, ttft, model="m1", vantage="server", objective=CHAT,
-                objective_name="chat"):
+                objective_name="chat", response_model=None):
         """`per_minute` streams finish on `node` each minute of `minutes`, each
-        at `rate` tokens/s after a first token `ttft` s after its request."""
+        at `rate` tokens/s after a first token `ttft` s after its request.
+        `model` is the request's; the response names `response_model` (the
+        same by default; "unknown": the agent's `model` is the request's)."""
         target = {"instance": f"{node}:9464", "job": "infertap", "node": node}
         infertap = {**target, "vantage": vantage, "model": model, "route": ROUTE, "process": "vllm"}
         gen_ai = {**target, "vantage": vantage, "gen_ai_operation_name": "chat", "gen_ai_provider_name": "openai",
-                  "gen_ai_request_model": model, "gen_ai_response_model": model, "server_port": "8000",
+                  "gen_ai_request_model": model, "gen_ai_response_model": response_model or model, "server_port": "8000",
                   "route": ROUTE, "process": "vllm"}
         ttft_family = "gen_ai_server_time_to_first_token_seconds" if vantage == "server" else \
             "gen_ai_client_operation_time_to_first_chunk_seconds"
@@ -219,26 +221,34 @@ SERVER = {"model": "m1", "route": ROUTE, "vantage": "server"}
 
 def healthy_fleet():
     """Three nodes serve one model at 57 tokens/s and 0.2 s TTFT, 20 streams a
-    minute each: nothing fires, and the recorded fleet numbers are the sums
-    and quantiles across nodes."""
+    minute each (and node-a a second model whose responses name none):
+    nothing fires, and the recorded fleet numbers are the sums and quantiles
+    across nodes."""
     f = Fleet(H(1, 30))
     f.objective()
     for node in NODES:
         f.streams(node, range(1, f.minutes + 1), 20, HEALTHY, TTFT_OK)
+    # A server whose responses name no model: TTFT's `model` is the request's.
+    f.streams("node-a", range(1, f.minutes + 1), 20, HEALTHY, TTFT_OK, model="m2", response_model="unknown")
     checks = alerts_at(H(0, 30), {}) + alerts_at(H(1, 30), {})
     def recorded(name, value, labels=SERVER, eval_time="1h"):
         return {"expr": name, "eval_time": eval_time, "exp_samples": [sample(name, labels, value)]}
 
     exprs = [
-        recorded("cohort:infertap_tokens_per_second:p50_5m", 57.5),
-        recorded("cohort:infertap_ttft_seconds:p50_5m", 0.175),
-        recorded("cohort:infertap_tokens_per_second_count:increase5m", 300),  # 3 nodes x 20 a minute x 5
+        recorded("cohort:infertap_tokens_per_second:p50_5m", 57.5) | {
+            "expr": 'cohort:infertap_tokens_per_second:p50_5m{model="m1"}'},
+        recorded("cohort:infertap_ttft_seconds:p50_5m", 0.175) | {"expr": 'cohort:infertap_ttft_seconds:p50_5m{model="m1"}'},
+        recorded("cohort:infertap_ttft_seconds_count:increase5m", 100, {**SERVER, "model": "m2"}) | {
+            "expr": 'cohort:infertap_ttft_seconds_count:increase5m{model="m2"}'},
+        recorded("cohort:infertap_tokens_per_second_count:increase5m", 300) | {  # 3 nodes x 20 a minute x 5
+            "expr": 'cohort:infertap_tokens_per_second_count:increase5m{model="m1"}'},
         recorded("node_cohort:infertap_tokens_per_second_count:increase5m", 100,
                  {**SERVER, "instance": "node-b:9464", "node": "node-b"}) | {
                      "expr": 'node_cohort:infertap_tokens_per_second_count:increase5m{node="node-b"}'},
         recorded("objective:infertap_objective_streams_unmet:ratio_rate1h", 0, {"objective": "chat", "vantage": "server"}),
-        recorded("cohort:infertap_objective:primary", 0, {**SERVER, "objective": "chat"}),
-        {"expr": 'cohort:infertap_objective:setting{setting="min_tokens_per_second"}', "eval_time": "1h",
+        recorded("cohort:infertap_objective:primary", 0, {**SERVER, "objective": "chat"}) | {
+            "expr": 'cohort:infertap_objective:primary{model="m1"}'},
+        {"expr": 'cohort:infertap_objective:setting{setting="min_tokens_per_second", model="m1"}', "eval_time": "1h",
          "exp_samples": [sample("cohort:infertap_objective:setting",
                                 {**SERVER, "objective": "chat", "setting": "min_tokens_per_second"}, 20)]},
     ]
