@@ -16,7 +16,8 @@ packages=(
   curl jq iproute2 python3 python3-yaml procps util-linux
   gnutls-bin                               # a TLS library infertap does not probe (gnutls-cli/gnutls-serv: muted after its handshake)
   stress-ng                                # a bounded CPU hog in the sample server's cgroup (load PSI test)
-  prometheus                               # the Prometheus integration test scrapes the agent
+  prometheus                               # the Prometheus integration test scrapes the agent; promtool checks
+                                           # and unit-tests the fleet rules (tests/prometheus/run.sh)
   nginx haproxy                            # real gateways for the issue-3 path tests (started by the tests)
   python3-jsonschema                       # NDJSON records checked against docs/schema.json
   nodejs                                   # the official npm clients of the integration tests (below)

@@ -2,8 +2,8 @@
 # The whole test suite: installs dependencies, builds, then runs unit tests,
 # each libFuzzer harness briefly (ASan/UBSan), the aarch64 cross build, the BPF
 # integration tests (root: real programs, real servers and clients), the layer
-# order of the includes, the deploy manifests (and their schemas, offline) and
-# a short benchmark smoke run.
+# order of the includes, the fleet's Prometheus rules (promtool), the deploy
+# manifests (and their schemas, offline) and a short benchmark smoke run.
 # Prints "N passed, N failed" last; exits non-zero on any failure.
 #
 #   FUZZ_SECONDS=20   seconds per fuzzer
@@ -114,6 +114,13 @@ if scripts/check_layers.py; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1)); failures+=("layers")
+fi
+
+echo "== Prometheus rules (promtool check and test rules: tests/prometheus/run.sh)"
+if tests/prometheus/run.sh; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); failures+=("prometheus rules")
 fi
 
 echo "== deploy manifests (offline validation)"

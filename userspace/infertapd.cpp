@@ -196,6 +196,7 @@ output::MetricsConfig metrics_config(const daemon::DaemonConfig& config) {
   m.max_label_values = config.metrics.max_label_values;
   m.max_series_per_family = config.metrics.max_series_per_family;
   m.band_labels = config.metrics.band_labels;
+  m.objectives = config.objectives;
   if (m.band_labels) {
     m.band_of = [bands = config.degradation](const core::StreamRecord& r) { return degrade::bands_of(bands, r); };
   }
@@ -494,7 +495,7 @@ class Agent {
     pipeline_->set_lag_floor(next->pipeline.lag_floor_ns);
     render_.timeline = next->output.timeline;
     if (degradation_.reconfigure(next->degradation)) log("degradation detection restarted with the new settings");
-    log("configuration reloaded (capture, targeting, formats, output and endpoints need a restart to change)");
+    log("configuration reloaded (capture, targeting, formats, output, endpoints and objectives need a restart to change)");
   }
 
   const daemon::DaemonConfig config_;

@@ -10,6 +10,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "daemon/config.h"
+#include "daemon/objectives.h"
 #include "output/prometheus/metrics.h"
 #include "support/repo_file.h"
 
@@ -379,6 +380,100 @@ TEST(DaemonConfig, DeployConfigMapIsAccepted) {
   const DaemonConfig c = parse_ok(embedded);
   EXPECT_EQ(c.metrics.listen.substr(c.metrics.listen.rfind(':') + 1), "9464") << "probes and scrape annotations use 9464";
   EXPECT_EQ(c.api.socket.rfind("/run/infertap/", 0), 0u) << "the DaemonSet mounts /run/infertap";
+}
+
+// ---- objectives: -------------------------------------------------------------
+
+TEST(DaemonConfigObjectives, EveryKeyIsReadAndDefaultsAreSensible) {
+  EXPECT_TRUE(parse_ok("").objectives.empty()) << "no objective unless configured";
+  const DaemonConfig c = parse_ok(R"(
+objectives:
+  - name: chat-interactive
+    models: ["llama-3*", "qwen*"]
+    routes: ["/v1/chat/completions"]
+    ttft_seconds: 0.8
+    min_tokens_per_second: 20
+    target: 0.995
+    objective_ratio: 1.2
+    baseline_ratio: 1.4
+    ttft_floor_seconds: 0.1
+    rate_floor_tokens_per_second: 3
+    min_streams: 50
+    delivery_lag_seconds: 0.25
+    lag_floor_seconds: 0.05
+    max_path_degraded_share: 0.02
+  - name: batch
+    ttft_seconds: 30
+    min_tokens_per_second: 2.5
+)");
+  ASSERT_EQ(c.objectives.size(), 2u);
+  const output::Objective& o = c.objectives[0];
+  EXPECT_EQ(o.name, "chat-interactive");
+  EXPECT_EQ(o.models, (std::vector<std::string>{"llama-3*", "qwen*"}));
+  EXPECT_EQ(o.routes, (std::vector<std::string>{"/v1/chat/completions"}));
+  EXPECT_EQ(o.ttft_seconds, 0.8);
+  EXPECT_EQ(o.min_tokens_per_second, 20);
+  EXPECT_EQ(o.target, 0.995);
+  EXPECT_EQ(o.objective_ratio, 1.2);
+  EXPECT_EQ(o.baseline_ratio, 1.4);
+  EXPECT_EQ(o.ttft_floor_seconds, 0.1);
+  EXPECT_EQ(o.rate_floor_tokens_per_second, 3);
+  EXPECT_EQ(o.min_streams, 50u);
+  EXPECT_EQ(o.delivery_lag_seconds, 0.25);
+  EXPECT_EQ(o.lag_floor_seconds, 0.05);
+  EXPECT_EQ(o.max_path_degraded_share, 0.02);
+  const output::Objective& batch = c.objectives[1];
+  EXPECT_EQ(batch.models, (std::vector<std::string>{"*"})) << "every model and route unless narrowed";
+  EXPECT_EQ(batch.routes, (std::vector<std::string>{"*"}));
+  EXPECT_EQ(batch.min_tokens_per_second, 2.5);
+  EXPECT_EQ(batch.target, 0.99);
+  EXPECT_EQ(batch.baseline_ratio, 1.5);
+  EXPECT_EQ(batch.min_streams, 20u);
+  EXPECT_TRUE(matches(o, "llama-3.1-8b", "/v1/chat/completions"));
+  EXPECT_FALSE(matches(o, "mistral", "/v1/chat/completions"));
+  EXPECT_FALSE(matches(o, "qwen2", "/v1/completions"));
+}
+
+TEST(DaemonConfigObjectives, ProblemsNameTheKeyAndLine) {
+  const auto error_of = [](const std::string& entry) { return parse_error("objectives:\n  - " + entry + "\n"); };
+  EXPECT_NE(error_of("{ttft_seconds: 1, min_tokens_per_second: 5}").find("objectives[0]: needs a name"),
+            std::string::npos);
+  EXPECT_NE(error_of("{name: a, min_tokens_per_second: 5}").find("objectives[0]: needs ttft_seconds"), std::string::npos);
+  EXPECT_NE(error_of("{name: a, ttft_seconds: 1}").find("objectives[0]: needs min_tokens_per_second"),
+            std::string::npos);
+  EXPECT_NE(error_of("{name: a, ttft_seconds: 1, min_tokens_per_second: 5, target: 1}")
+                .find("objectives[0].target: must be 0.5..0.9999, got 1 (line 2)"),
+            std::string::npos)
+      << error_of("{name: a, ttft_seconds: 1, min_tokens_per_second: 5, target: 1}");
+  EXPECT_NE(error_of("{name: a, ttft_seconds: 0, min_tokens_per_second: 5}").find("objectives[0].ttft_seconds: must be"),
+            std::string::npos);
+  EXPECT_NE(error_of("{name: a, ttft_seconds: 1, min_tokens_per_second: 5, baseline_ratio: 0.5}")
+                .find("objectives[0].baseline_ratio: must be"),
+            std::string::npos);
+  EXPECT_NE(error_of("{name: a, ttft_seconds: 1, min_tokens_per_second: 5, min_streams: 0}")
+                .find("objectives[0].min_streams: must be 1..1000000000"),
+            std::string::npos);
+  EXPECT_NE(error_of("{name: a, ttft_seconds: 1, min_tokens_per_second: 5, models: []}")
+                .find("objectives[0].models: must name at least one glob"),
+            std::string::npos);
+  EXPECT_NE(error_of("{name: a, ttft_seconds: 1, min_tokens_per_second: 5, routes: [\"\"]}")
+                .find("objectives[0].routes[0]: must be a non-empty glob"),
+            std::string::npos);
+  EXPECT_NE(error_of("{name: \"a b\", ttft_seconds: 1, min_tokens_per_second: 5}").find("objectives[0].name: must be"),
+            std::string::npos);
+  EXPECT_NE(error_of("{name: a, ttft_seconds: 1, min_tokens_per_second: 5, ttft_ms: 3}")
+                .find("unknown key 'objectives[0].ttft_ms'"),
+            std::string::npos);
+  EXPECT_NE(parse_error("objectives:\n  - {name: a, ttft_seconds: 1, min_tokens_per_second: 5}\n"
+                        "  - {name: a, ttft_seconds: 2, min_tokens_per_second: 5}\n")
+                .find("objectives[1]: name 'a' given twice"),
+            std::string::npos);
+  EXPECT_NE(parse_error("objectives: {name: a}\n").find("objectives: must be a list of objectives"), std::string::npos);
+  std::string many = "objectives:\n";
+  for (std::size_t i = 0; i <= kMaxObjectives; ++i) {
+    many += "  - {name: o" + std::to_string(i) + ", ttft_seconds: 1, min_tokens_per_second: 5}\n";
+  }
+  EXPECT_NE(parse_error(many).find("objectives: must list at most 32 objectives, got 33"), std::string::npos);
 }
 
 // Every ```yaml block of docs/configuration.md is a valid configuration.

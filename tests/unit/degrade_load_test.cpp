@@ -572,7 +572,7 @@ TEST(DegradeLoadMetrics, HistogramsCarryTheBandsWhenAskedTo) {
   r.load.concurrency_mean = 20;
   r.load.input_tokens = 100;
   const DegradationConfig dc;
-  EXPECT_EQ(bands_of(dc, r), (std::array<std::string, 2>{"9-32", "<512"}));
+  EXPECT_EQ(bands_of(dc, r), (std::array<std::string, 3>{"short", "9-32", "<512"}));
   output::MetricsConfig mc;
   output::MetricsRegistry plain(mc);
   plain.observe(r);
@@ -583,7 +583,7 @@ TEST(DegradeLoadMetrics, HistogramsCarryTheBandsWhenAskedTo) {
   banded.observe(r);
   const std::string text = banded.render();
   EXPECT_NE(text.find("infertap_inter_token_latency_seconds_count{vantage=\"server\",model=\"unknown\",route=\"unknown\","
-                      "process=\"vllm\",concurrency_band=\"9-32\",input_band=\"<512\"} 4"),
+                      "process=\"vllm\",length_class=\"short\",concurrency_band=\"9-32\",input_band=\"<512\"} 4"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("gen_ai_server_time_to_first_token_seconds_count{vantage=\"server\""), std::string::npos);

@@ -6,7 +6,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <iostream>
 #include <cmath>
@@ -869,6 +871,178 @@ HttpReply http_get(std::uint16_t port, const std::string& path) {
   for (char& c : reply.headers) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   reply.body = raw.substr(head_end + 4);
   return reply;
+}
+
+// ---- the fleet rules' inputs: longest pause, objectives, serving identity ----------
+
+TEST(MetricsRegistry, LongestPauseIsOneObservationPerStreamAtEachVantage) {
+  MetricsRegistry reg;
+  StreamRecord r = make_record({.gaps_ns = {5 * kMs, 300 * kMs, 5 * kMs}});
+  r.metrics.itl_max_ns = 300 * kMs;
+  r = with_delivery(r, core::Vantage::acked, 2 * kMs, [](core::Delivery& d) { d.metrics.itl_max_ns = 700 * kMs; });
+  reg.observe(r);
+  reg.observe(make_record({.gaps_ns = {kMs}}));  // no itl_max: no observation
+  const Exposition e = parse_exposition(reg.render());
+  const std::string name = "infertap_longest_pause_seconds";
+  EXPECT_EQ(value_of(e, name + "_count", kSample), 1);
+  EXPECT_NEAR(value_of(e, name + "_sum", kSample), 0.3, 1e-12);
+  EXPECT_EQ(value_of(e, name + "_bucket", with(kSample, "le", "0.25")), 0);
+  EXPECT_EQ(value_of(e, name + "_bucket", with(kSample, "le", "0.5")), 1);
+  EXPECT_NEAR(value_of(e, name + "_sum", at_vantage(kSample, "acked")), 0.7, 1e-12) << "the delivered view's own";
+  check_histograms(e);
+}
+
+TEST(MetricsRegistry, LengthClassJoinsTheBandsOnTheInfertapHistograms) {
+  MetricsConfig config;
+  config.band_labels = true;
+  config.band_of = [](const StreamRecord& r) {
+    return std::array<std::string, 3>{r.metrics.tokens < 64 ? "short" : "long", "2-8", "<512"};
+  };
+  MetricsRegistry reg(config);
+  StreamRecord r = make_record({.gaps_ns = {kMs}, .tokens = 2, .tokens_per_s = 40.0});
+  r.metrics.itl_max_ns = kMs;
+  reg.observe(r);
+  const Exposition e = parse_exposition(reg.render());
+  auto banded = kSample;
+  banded.insert({{"length_class", "short"}, {"concurrency_band", "2-8"}, {"input_band", "<512"}});
+  for (const char* family : {"infertap_tokens_per_second", "infertap_inter_token_latency_seconds",
+                             "infertap_longest_pause_seconds"}) {
+    EXPECT_EQ(value_of(e, std::string(family) + "_count", banded), 1) << family;
+  }
+  for (const Sample& s : e.samples) {
+    if (s.name.rfind("gen_ai_", 0) == 0) EXPECT_EQ(s.labels.count("length_class"), 0u) << "attributes only: " << s.name;
+  }
+}
+
+Objective objective(std::string name, std::vector<std::string> models, double ttft_s, double rate) {
+  Objective o;
+  o.name = std::move(name);
+  o.models = std::move(models);
+  o.ttft_seconds = ttft_s;
+  o.min_tokens_per_second = rate;
+  return o;
+}
+
+// Each finished stream with a TTFT and a rate counts against every objective
+// it matches, at each of its views: met when TTFT <= X and rate >= Y; an
+// errored stream misses; a stream with neither is not counted.
+TEST(MetricsRegistry, StreamsCountAgainstEveryObjectiveTheyMatch) {
+  MetricsConfig config;
+  config.objectives = {objective("chat", {"sample"}, 0.5, 20), objective("everything", {"*"}, 2, 5),
+                       objective("other-models", {"llama-*"}, 0.1, 100)};
+  MetricsRegistry reg(config);
+  reg.observe(make_record({.ttft_ns = 100 * kMs, .gaps_ns = {kMs}, .tokens_per_s = 30.0}));   // meets both
+  reg.observe(make_record({.ttft_ns = 900 * kMs, .gaps_ns = {kMs}, .tokens_per_s = 30.0}));   // TTFT misses chat
+  reg.observe(make_record({.ttft_ns = 100 * kMs, .gaps_ns = {kMs}, .tokens_per_s = 10.0}));   // rate misses chat
+  reg.observe(make_record({.ttft_ns = 100 * kMs, .gaps_ns = {kMs}, .tokens_per_s = 30.0, .status = 500}));  // error
+  reg.observe(make_record({.gaps_ns = {kMs}}));  // no TTFT, no rate: not counted
+  reg.observe(with_delivery(make_record({.ttft_ns = 100 * kMs, .gaps_ns = {kMs}, .tokens_per_s = 30.0}),
+                            core::Vantage::acked, 600 * kMs));  // the server met it, the remote client did not
+  const Exposition e = parse_exposition(reg.render());
+  const std::string name = "infertap_objective_streams_total";
+  const std::map<std::string, std::string> server = {
+      {"vantage", "server"}, {"model", "sample"}, {"route", "/v1/chat/completions"}};
+  const auto of = [&](std::map<std::string, std::string> labels, const std::string& o, const std::string& met) {
+    return value_of(e, name, with(with(std::move(labels), "objective", o), "met", met));
+  };
+  EXPECT_EQ(of(server, "chat", "true"), 2);
+  EXPECT_EQ(of(server, "chat", "false"), 3);
+  EXPECT_EQ(of(server, "everything", "true"), 4);
+  EXPECT_EQ(of(server, "everything", "false"), 1) << "only the errored stream misses the loose objective";
+  EXPECT_EQ(of(at_vantage(server, "acked"), "chat", "false"), 1) << "700 ms to the first chunk at the client";
+  EXPECT_EQ(of(at_vantage(server, "acked"), "everything", "true"), 1);
+  for (const Sample& s : e.samples) {
+    if (s.name == name) EXPECT_NE(s.labels.at("objective"), "other-models") << "matches no stream";
+  }
+  EXPECT_EQ(value_of(e, "infertap_objective", {{"objective", "chat"}, {"setting", "ttft_seconds"}}), 0.5);
+  EXPECT_EQ(value_of(e, "infertap_objective", {{"objective", "chat"}, {"setting", "min_tokens_per_second"}}), 20);
+  EXPECT_EQ(value_of(e, "infertap_objective", {{"objective", "chat"}, {"setting", "target"}}), 0.99);
+  EXPECT_EQ(value_of(e, "infertap_objective", {{"objective", "chat"}, {"setting", "min_streams"}}), 20);
+  EXPECT_EQ(value_of(e, "infertap_objective", {{"objective", "chat"}, {"setting", "order"}}), 0);
+  EXPECT_EQ(value_of(e, "infertap_objective", {{"objective", "other-models"}, {"setting", "order"}}), 2);
+  std::set<std::string> settings;
+  for (const Sample& s : e.samples) {
+    if (s.name == "infertap_objective" && s.labels.at("objective") == "chat") settings.insert(s.labels.at("setting"));
+  }
+  EXPECT_EQ(settings, (std::set<std::string>{"ttft_seconds", "min_tokens_per_second", "target", "objective_ratio",
+                                             "baseline_ratio", "ttft_floor_seconds", "rate_floor_tokens_per_second",
+                                             "min_streams", "delivery_lag_seconds", "lag_floor_seconds",
+                                             "max_path_degraded_share", "order"}));
+}
+
+TEST(MetricsRegistry, ObjectiveStreamsStayWithinTheCapsAndTheBudget) {
+  MetricsConfig config;
+  config.objectives = {objective("all", {"*"}, 1, 1)};
+  config.max_label_values = 5;
+  config.max_series_per_family = 8;
+  MetricsRegistry reg(config);
+  for (int m = 0; m < 20; ++m) {
+    reg.observe(make_record({.model = "model-" + std::to_string(m), .ttft_ns = kMs, .gaps_ns = {kMs}, .tokens_per_s = 9.0}));
+  }
+  const Exposition e = parse_exposition(reg.render());
+  std::size_t series = 0;
+  double counted = 0;
+  for (const Sample& s : e.samples) {
+    if (s.name != "infertap_objective_streams_total") continue;
+    ++series;
+    counted += std::stod(s.value);
+  }
+  EXPECT_LE(series, 6u) << "5 models, then \"other\"";
+  EXPECT_EQ(counted, 20) << "every stream counted, none lost to the caps";
+}
+
+TEST(MetricsRegistry, ServingIdentitiesAreSeriesWhileSeenRecently) {
+  auto now = std::chrono::steady_clock::time_point{} + std::chrono::hours(100);
+  MetricsConfig config;
+  config.clock = [&] { return now; };
+  config.identity_ttl = std::chrono::minutes(60);
+  MetricsRegistry reg(config);
+  StreamRecord r = make_record({.gaps_ns = {kMs}});
+  r.load.system_fingerprint = "fp_aaa";
+  reg.observe(r);
+  reg.observe(make_record({.model = "", .gaps_ns = {kMs}}));  // names nothing that served it: no identity
+  now += std::chrono::minutes(30);
+  r.load.system_fingerprint = "fp_bbb";  // a new build behind the same model
+  reg.observe(r);
+  const std::string name = "infertap_serving_identity";
+  const std::map<std::string, std::string> identity = {
+      {"model", "sample"}, {"route", "/v1/chat/completions"}, {"response_model", "sample"}};
+  {
+    const Exposition e = parse_exposition(reg.render());
+    EXPECT_EQ(value_of(e, name, with(identity, "system_fingerprint", "fp_aaa")), 1);
+    EXPECT_EQ(value_of(e, name, with(identity, "system_fingerprint", "fp_bbb")), 1);
+    std::size_t n = 0;
+    for (const Sample& s : e.samples) n += s.name == name;
+    EXPECT_EQ(n, 2u);
+  }
+  now += std::chrono::minutes(45);  // fp_aaa last seen 75 min ago, fp_bbb 45 min ago
+  reg.observe(make_record({.model = "second", .gaps_ns = {kMs}}));
+  const Exposition e = parse_exposition(reg.render());
+  EXPECT_EQ(find(e, name, with(identity, "system_fingerprint", "fp_aaa")), nullptr) << "expired";
+  EXPECT_EQ(value_of(e, name, with(identity, "system_fingerprint", "fp_bbb")), 1);
+  EXPECT_EQ(value_of(e, name,
+                     {{"model", "second"}, {"route", "/v1/chat/completions"}, {"response_model", "second"},
+                      {"system_fingerprint", "unknown"}}),
+            1);
+}
+
+TEST(MetricsRegistry, ServingIdentitiesStayWithinTheBudget) {
+  MetricsConfig config;
+  config.max_series_per_family = 4;
+  MetricsRegistry reg(config);
+  for (int i = 0; i < 10; ++i) {
+    StreamRecord r = make_record({.gaps_ns = {kMs}});
+    r.load.system_fingerprint = "fp_" + std::to_string(i);
+    reg.observe(r);
+  }
+  const Exposition e = parse_exposition(reg.render());
+  std::size_t n = 0;
+  for (const Sample& s : e.samples) n += s.name == "infertap_serving_identity";
+  EXPECT_EQ(n, 5u) << "4 identities and the overflow series";
+  EXPECT_EQ(value_of(e, "infertap_serving_identity",
+                     {{"model", "other"}, {"route", "other"}, {"response_model", "other"}, {"system_fingerprint", "other"}}),
+            1);
+  EXPECT_EQ(value_of(e, "infertap_series_overflow_total", {{"family", "infertap_serving_identity"}}), 6);
 }
 
 TEST(HttpServer, ServesMetricsHealthReady) {

@@ -21,6 +21,7 @@
 #include "capture/tls_targets.h"
 #include "daemon/formats.h"
 #include "daemon/http_server.h"
+#include "daemon/objectives.h"
 #include "infertap/abi.h"
 
 namespace infertap::daemon {
@@ -262,6 +263,14 @@ Read formats_section() {
   };
 }
 
+Read objectives_section() {
+  return [](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
+    std::vector<std::string> errors;
+    parse_objectives(n, k, &c.objectives, &errors);
+    for (std::string& e : errors) r.error(std::move(e));
+  };
+}
+
 Read degradation_section() {
   return [](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
     std::vector<std::string> errors;
@@ -406,6 +415,7 @@ std::vector<Option> make_options() {
       option("kubernetes.containers_dir", text(FIELD(kubernetes.containers_dir), "DIR", directory_problem)),
       option("formats", {formats_section(), ""}),
       option("degradation", {degradation_section(), ""}),
+      option("objectives", {objectives_section(), ""}),
   };
   return o;
 }

@@ -18,6 +18,7 @@
 //   formats (a list)               -> pipeline.formats (daemon/formats.h)
 //   privacy.*                      -> pipeline.privacy (the assembler writes records' paths with it)
 //   limits.* (others), output.*, api.*, metrics.*, kubernetes.*, node_name -> the daemon's own structs
+//   objectives (a list)            -> objectives (daemon/objectives.h; exported by the metrics registry)
 //
 // Defaults equal infertapd's command-line defaults.
 #pragma once
@@ -34,6 +35,7 @@
 #include "core/types.h"
 #include "degrade/config.h"
 #include "output/ndjson/sink.h"
+#include "output/prometheus/objectives.h"
 
 namespace YAML {
 class Node;
@@ -103,6 +105,7 @@ struct DaemonConfig {
   TargetingSettings targeting;
   KubernetesSettings kubernetes;
   degrade::DegradationConfig degradation;  // degradation.* (docs/degradation.md)
+  std::vector<output::Objective> objectives;  // objectives: the fleet rules' (daemon/objectives.h)
   std::string node_name;  // "" = $NODE_NAME, else the host name (effective_node_name())
 };
 

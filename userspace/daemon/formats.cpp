@@ -12,14 +12,6 @@ namespace {
 using Node = YAML::Node;
 using base::YamlReader;
 
-// Names and provider labels: a short word (Prometheus label values, log lines).
-std::string name_problem(const std::string& v) {
-  const bool ok = !v.empty() && v.size() <= 64 && std::all_of(v.begin(), v.end(), [](unsigned char c) {
-    return std::isalnum(c) != 0 || c == '_' || c == '-' || c == '.';
-  });
-  return ok ? "" : "must be 1..64 letters, digits, '_', '-' or '.', got '" + v + "'";
-}
-
 std::string path_problem(const std::string& v) {
   if (!v.empty() && (v.front() == '/' || v.front() == '*')) return "";
   return "must be a glob on the request path, starting with '/' or '*' (e.g. \"/v1/acme/*\"), got '" + v + "'";
@@ -102,6 +94,13 @@ void read_format(YamlReader& r, const Node& n, const std::string& key, std::set<
 }
 
 }  // namespace
+
+std::string name_problem(const std::string& v) {
+  const bool ok = !v.empty() && v.size() <= 64 && std::all_of(v.begin(), v.end(), [](unsigned char c) {
+    return std::isalnum(c) != 0 || c == '_' || c == '-' || c == '.';
+  });
+  return ok ? "" : "must be 1..64 letters, digits, '_', '-' or '.', got '" + v + "'";
+}
 
 void parse_formats(const YAML::Node& node, const std::string& key, protocol::DeclaredFormats* out,
                    std::vector<std::string>* errors) {

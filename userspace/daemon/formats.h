@@ -16,6 +16,11 @@ class Node;
 
 namespace infertap::daemon {
 
+// What is wrong with a name or a provider label of the configuration (a
+// Prometheus label value, a word in log lines): "" when it is 1..64 letters,
+// digits, '_', '-' or '.'.
+std::string name_problem(const std::string& v);
+
 // Parses the `formats:` list into *out (replacing it). Problems are appended
 // to *errors, one line each, e.g.
 //   "formats[0].content: must be a JSON pointer starting with '/' (RFC 6901, ...), got 'delta' (line 4)"

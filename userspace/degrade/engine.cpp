@@ -146,12 +146,14 @@ Engine::Engine(DegradationConfig config)
   if (window_ns_ == 0) window_ns_ = 1;
 }
 
-std::string Engine::length_class_of(std::uint64_t tokens) const {
-  for (const LengthClass& lc : config_.length_classes) {
+std::string length_class_of(const DegradationConfig& config, std::uint64_t tokens) {
+  for (const LengthClass& lc : config.length_classes) {
     if (!lc.below || tokens < *lc.below) return lc.name;
   }
-  return config_.length_classes.empty() ? "all" : config_.length_classes.back().name;
+  return config.length_classes.empty() ? "all" : config.length_classes.back().name;
 }
+
+std::string Engine::length_class_of(std::uint64_t tokens) const { return degrade::length_class_of(config_, tokens); }
 
 namespace {
 // The decode-phase mean, rounded: 1.4 streams in flight is band 1, 1.6 is 2.
@@ -160,9 +162,10 @@ std::string concurrency_band(const DegradationConfig& c, const std::optional<dou
 }
 }  // namespace
 
-std::array<std::string, 2> bands_of(const DegradationConfig& config, const core::StreamRecord& record) {
+std::array<std::string, 3> bands_of(const DegradationConfig& config, const core::StreamRecord& record) {
   const LoadNumbers l = load_of(record.load);
-  return {concurrency_band(config, l.concurrency), band_of(config.input_bands, l.input_size())};
+  return {length_class_of(config, record.metrics.tokens), concurrency_band(config, l.concurrency),
+          band_of(config.input_bands, l.input_size())};
 }
 
 std::string Engine::concurrency_band_of(const std::optional<double>& concurrency) const {

@@ -273,9 +273,13 @@ class Engine {
   EngineCounters counters_;
 };
 
-// The load bands of a record as the engine assigns them: {concurrency_band,
-// input_band} ("" for a dimension turned off, "unknown" when not observed).
-std::array<std::string, 2> bands_of(const DegradationConfig& config, const core::StreamRecord& record);
+// The output-length class of a stream of this many tokens (config.length_classes).
+std::string length_class_of(const DegradationConfig& config, std::uint64_t output_tokens);
+
+// A record's cohort bands as the engine assigns them: {length_class,
+// concurrency_band, input_band} ("" for a load dimension turned off,
+// "unknown" when not observed).
+std::array<std::string, 3> bands_of(const DegradationConfig& config, const core::StreamRecord& record);
 
 // Values of an observation per metric, in the engine's units (ms, tokens/s).
 std::array<std::optional<double>, kMetrics> metric_values(const Observation& obs);

@@ -28,6 +28,8 @@ using metrics_detail::kCounterFamilies;
 using metrics_detail::kHistogramFamilies;
 
 constexpr std::string_view kOther = "other";
+constexpr std::string_view kObjectiveStreams = "infertap_objective_streams_total";
+constexpr std::string_view kServingIdentity = "infertap_serving_identity";
 
 // Process CPU (user + system) from /proc/self/stat, seconds.
 double process_cpu_seconds() {
@@ -143,8 +145,9 @@ std::string render_labels(const LabelValues& values, const std::string_view* nam
 }
 
 std::string render_labels(const LabelValues& values, LabelSet set, std::string_view extra_name = {}) {
-  // infertap_* histograms with metrics.band_labels: the two bands after the four labels.
-  static constexpr std::string_view kBanded[] = {"vantage", "model", "route", "process", "concurrency_band", "input_band"};
+  // infertap_* histograms with metrics.band_labels: the length class and the two bands after the four labels.
+  static constexpr std::string_view kBanded[] = {"vantage", "model",          "route",     "process",
+                                                 "length_class", "concurrency_band", "input_band"};
   if (set == LabelSet::infertap && extra_name.empty() && values.size() == std::size(kBanded)) {
     return render_labels(values, kBanded, std::size(kBanded));
   }
@@ -203,11 +206,46 @@ void write_stream_metrics(Writer& w, const State& s, const MetricsConfig& config
     w.sample("infertap_series_overflow_total", {{"family", metrics_detail::spec_of(static_cast<CounterFamily>(i)).name}},
              s.counters[i].folded);
   }
+  w.sample("infertap_series_overflow_total", {{"family", kObjectiveStreams}}, s.objective_streams.folded);
+  w.sample("infertap_series_overflow_total", {{"family", kServingIdentity}}, s.identities.folded);
+}
+
+// The objectives' settings (from the configuration) and the streams counted against them.
+template <class State>
+void write_objective_metrics(Writer& w, const State& s, const MetricsConfig& config) {
+  w.family("infertap_objective", "gauge",
+           "Stream objectives of the configuration (objectives:), one series per setting; the fleet's alerting rules "
+           "read their thresholds here.");
+  for (std::size_t i = 0; i < config.objectives.size(); ++i) {
+    for (const auto& [setting, value] : settings_of(config.objectives[i], i)) {
+      w.sample_double("infertap_objective", {{"objective", config.objectives[i].name}, {"setting", setting}}, value);
+    }
+  }
+  w.family(kObjectiveStreams, "counter",
+           "Streams counted against an objective they match: met=\"true\" when their TTFT and rate meet it, "
+           "\"false\" when not or when they ended in error.");
+  static constexpr std::string_view kObjectiveLabels[] = {"vantage", "model", "route", "objective", "met"};
+  for (const auto& [values, v] : s.objective_streams.series) {
+    line(w.out(), kObjectiveStreams, render_labels(values, kObjectiveLabels, std::size(kObjectiveLabels)), {},
+         std::to_string(v));
+  }
+}
+
+// 1 per serving identity seen within the TTL: what the rules' baseline review compares with a day before.
+template <class State>
+void write_identities(Writer& w, const State& s, std::chrono::steady_clock::time_point now, std::chrono::seconds ttl) {
+  w.family(kServingIdentity, "gauge",
+           "1 per serving identity (response model, system_fingerprint) of a model and route seen recently.");
+  static constexpr std::string_view kIdentityLabels[] = {"model", "route", "response_model", "system_fingerprint"};
+  for (const auto& [values, seen] : s.identities.series) {
+    if (now - seen > ttl) continue;
+    line(w.out(), kServingIdentity, render_labels(values, kIdentityLabels, std::size(kIdentityLabels)), {}, "1");
+  }
 }
 
 // Every label the caps apply to, for infertap_label_overflow_total.
-constexpr std::string_view kCappedLabels[] = {"model", "route", "process", "gen_ai_request_model",
-                                              "gen_ai_response_model", "server_port"};
+constexpr std::string_view kCappedLabels[] = {"model",        "route",      "process",           "gen_ai_request_model",
+                                              "gen_ai_response_model", "server_port", "system_fingerprint"};
 
 template <class State>
 void write_degradation_metrics(Writer& w, const State& s) {
@@ -373,9 +411,11 @@ void MetricsRegistry::observe(const core::StreamRecord& record) {
   // Everything that does not touch shared state happens before the lock.
   metrics_detail::RecordDeltas d = metrics_detail::deltas_of(record, config_);
   metrics_detail::RecordLabels& raw = d.labels;
-  std::array<std::string, 2> bands;
+  std::array<std::string, 3> bands;
   const bool banded = config_.band_labels && config_.band_of;
   if (banded) bands = config_.band_of(record);
+  // An identity is worth a series when the stream named what served it.
+  const bool identified = raw.response_model != "unknown" || raw.system_fingerprint != "unknown";
 
   std::lock_guard<std::mutex> lock(mu_);
   const std::string route = cap_label("route", std::move(raw.route));
@@ -383,8 +423,10 @@ void MetricsRegistry::observe(const core::StreamRecord& record) {
   const LabelValues infertap = {{}, cap_label("model", std::move(raw.model)), route, process};
   LabelValues infertap_banded = infertap;
   if (banded) {
-    infertap_banded.push_back(cap_label("concurrency_band", metrics_detail::label_value(bands[0], config_.max_label_bytes)));
-    infertap_banded.push_back(cap_label("input_band", metrics_detail::label_value(bands[1], config_.max_label_bytes)));
+    static constexpr std::string_view kBandLabels[] = {"length_class", "concurrency_band", "input_band"};
+    for (std::size_t i = 0; i < bands.size(); ++i) {
+      infertap_banded.push_back(cap_label(kBandLabels[i], metrics_detail::label_value(bands[i], config_.max_label_bytes)));
+    }
   }
   const LabelValues gen_ai = {{},
                               std::string(raw.operation),
@@ -411,8 +453,38 @@ void MetricsRegistry::observe(const core::StreamRecord& record) {
     if (!metrics_detail::spec_of(c.family).extra.empty()) labels.push_back(std::move(c.extra));
     series(state_.counters[static_cast<std::size_t>(c.family)], std::move(labels), kLabels) += c.n;
   }
+  for (const metrics_detail::ObjectiveDelta& o : d.objectives) {
+    LabelValues labels = infertap;
+    labels.resize(3);  // vantage, model, route
+    labels[0] = o.vantage;
+    labels.push_back(config_.objectives[o.objective].name);
+    labels.push_back(o.met ? "true" : "false");
+    series(state_.objective_streams, std::move(labels), 3) += 1;
+  }
+  if (identified) {
+    note_identity({infertap[1], route, gen_ai[4], cap_label("system_fingerprint", std::move(raw.system_fingerprint))});
+  }
   state_.sse_parse_errors += record.parse_errors;
   ++version_;
+}
+
+std::chrono::steady_clock::time_point MetricsRegistry::now() const {
+  return config_.clock ? config_.clock() : std::chrono::steady_clock::now();
+}
+
+void MetricsRegistry::note_identity(LabelValues labels) {
+  const auto t = now();
+  auto& identities = state_.identities.series;
+  if (identities.find(labels) == identities.end()) {
+    // Expired identities give their room in the series budget to new ones;
+    // beyond it, every label is "other" (no label of an identity is closed).
+    std::erase_if(identities, [&](const auto& entry) { return t - entry.second > config_.identity_ttl; });
+    if (identities.size() >= config_.max_series_per_family) {
+      std::fill(labels.begin(), labels.end(), std::string(kOther));
+      state_.identities.folded += 1;
+    }
+  }
+  identities[std::move(labels)] = t;
 }
 
 void MetricsRegistry::set_self(const capture::CaptureStats& capture, const core::PipelineCounters& pipeline,
@@ -469,6 +541,8 @@ std::string MetricsRegistry::render_now(std::uint64_t rendering, std::uint64_t* 
   }
   Writer w(last_size_.load(std::memory_order_relaxed) * 9 / 8 + 4096);
   write_stream_metrics(w, s, config_);
+  write_objective_metrics(w, s, config_);
+  write_identities(w, s, now(), config_.identity_ttl);
   write_degradation_metrics(w, s);
   w.family("infertap_scrape_renderings_total", "counter",
            "Renderings of the metrics text: scrapes that arrive during one, or while nothing changed, share it.");

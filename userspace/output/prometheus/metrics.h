@@ -26,6 +26,7 @@
 #include "capture/loader.h"
 #include "core/types.h"
 #include "output/ndjson/sink.h"
+#include "output/prometheus/objectives.h"
 
 namespace infertap::output {
 
@@ -45,12 +46,21 @@ struct MetricsConfig {
   // counted in infertap_series_overflow_total{family=...}.
   std::size_t max_series_per_family = 100;
   // The degradation cohort gauge and the infertap_* histograms (ITL, rate,
-  // lag) also carry the load bands (concurrency_band, input_band;
-  // docs/degradation.md#cohorts), capped like the other labels and within
-  // the same series budget. Off by default: a series per band multiplies them.
+  // lag, longest pause) also carry the load bands (concurrency_band,
+  // input_band; docs/degradation.md#cohorts), the histograms the output
+  // length class too, capped like the other labels and within the same
+  // series budget. Off by default: a series per band multiplies them.
   bool band_labels = false;
-  // A record's bands, as the degradation engine assigns them (set with band_labels).
-  std::function<std::array<std::string, 2>(const core::StreamRecord&)> band_of;
+  // A record's length class, concurrency band and input band, as the
+  // degradation engine assigns them (set with band_labels).
+  std::function<std::array<std::string, 3>(const core::StreamRecord&)> band_of;
+  // Stream objectives (objectives.h): exported as infertap_objective, each
+  // record counted against those it matches in infertap_objective_streams_total.
+  std::vector<Objective> objectives;
+  // infertap_serving_identity keeps an identity this long after its last stream.
+  std::chrono::seconds identity_ttl{3600};
+  // The clock of that expiry; steady_clock::now when empty (tests set their own).
+  std::function<std::chrono::steady_clock::time_point()> clock;
   // Upper bounds (seconds / tokens per second), strictly increasing; +Inf is implicit.
   std::vector<double> latency_buckets = default_latency_buckets();    // TTFT, TPOT, ITL, chunk gaps, lag
   std::vector<double> duration_buckets = default_duration_buckets();  // e2e
@@ -111,8 +121,9 @@ enum class HistogramFamily : std::uint8_t {
   itl,              // infertap_inter_token_latency_seconds (per gap, every vantage)
   rate,             // infertap_tokens_per_second
   lag,              // infertap_delivery_lag_seconds (per stream, at its last token)
+  longest_pause,    // infertap_longest_pause_seconds (per stream: its longest gap)
 };
-inline constexpr std::size_t kHistogramFamilies = 9;
+inline constexpr std::size_t kHistogramFamilies = 10;
 enum class CounterFamily : std::uint8_t { tokens, streams, stalls, path_degraded };
 inline constexpr std::size_t kCounterFamilies = 4;
 
@@ -179,6 +190,10 @@ class MetricsRegistry {
     SinkCounters sink;
     SelfExtra extra;
     metrics_detail::Family<std::uint64_t> cohort_degraded;  // infertap labels + length_class (+ bands)
+    // vantage, model, route, objective, met
+    metrics_detail::Family<std::uint64_t> objective_streams;
+    // model, route, response_model, system_fingerprint -> when last seen
+    metrics_detail::Family<std::chrono::steady_clock::time_point> identities;
     std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> process_load;  // process -> in flight, waiting
     std::uint64_t abuse_active = 0;
   };
@@ -190,6 +205,9 @@ class MetricsRegistry {
   // (label 0) and the family's own trailing label are kept. mu_ held.
   template <class V>
   V& series(metrics_detail::Family<V>& family, metrics_detail::LabelValues labels, std::size_t stream_labels);
+  // Records the record's serving identity as seen now; mu_ held.
+  void note_identity(metrics_detail::LabelValues labels);
+  std::chrono::steady_clock::time_point now() const;
   // `rendering`: its number, from 1; *version: that of the state it shows.
   std::string render_now(std::uint64_t rendering, std::uint64_t* version) const;
 

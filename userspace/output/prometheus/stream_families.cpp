@@ -40,6 +40,9 @@ constexpr HistogramSpec kHistogramSpecs[kHistogramFamilies] = {
     {"infertap_delivery_lag_seconds",
      "Delivery lag at a stream's last token: delivered minus emitted, one observation per stream.",
      LabelSet::infertap, Buckets::latency},
+    {"infertap_longest_pause_seconds",
+     "Longest gap between consecutive content events of a stream, one observation per stream, at each vantage.",
+     LabelSet::infertap, Buckets::latency},
 };
 
 constexpr CounterSpec kCounterSpecs[kCounterFamilies] = {
@@ -76,6 +79,21 @@ class Deltas {
   void count(CounterFamily f, std::string_view vantage, std::string extra, std::uint64_t n) {
     out_.counters.push_back({f, vantage, std::move(extra), n});
   }
+  // The objectives a record's views are counted against: those matching its
+  // labels; an errored record misses each of them.
+  void objective_scope(const RecordLabels& labels, bool errored) {
+    for (std::size_t i = 0; i < config_.objectives.size(); ++i) {
+      if (matches(config_.objectives[i], labels.model, labels.route)) matched_.push_back(i);
+    }
+    errored_ = errored;
+  }
+  void count_objectives(std::string_view vantage, const StreamMetrics& m) {
+    const std::optional<double> ttft = m.ttft_ns ? std::optional<double>(seconds(*m.ttft_ns)) : std::nullopt;
+    for (std::size_t i : matched_) {
+      const ObjectiveOutcome o = outcome_of(config_.objectives[i], errored_, ttft, m.tokens_per_s);
+      if (o != ObjectiveOutcome::not_counted) out_.objectives.push_back({i, vantage, o == ObjectiveOutcome::met});
+    }
+  }
   RecordDeltas take(RecordLabels labels) {
     out_.labels = std::move(labels);
     return std::move(out_);
@@ -101,6 +119,8 @@ class Deltas {
 
   const MetricsConfig& config_;
   RecordDeltas out_;
+  std::vector<std::size_t> matched_;
+  bool errored_ = false;
 };
 
 // A stream as timed at one vantage: its metrics there, its token events' times.
@@ -141,6 +161,8 @@ void add_view(Deltas& d, const View& v, Side side, bool successful) {
   d.gaps(HistogramFamily::itl, v.vantage, v.token_times);
   // tokens_per_s is null when the count is a lower bound (core/metrics.h): no rate then.
   if (v.m.tokens_per_s) d.observe(HistogramFamily::rate, v.vantage, *v.m.tokens_per_s);
+  if (v.m.itl_max_ns) d.observe(HistogramFamily::longest_pause, v.vantage, seconds(*v.m.itl_max_ns));
+  d.count_objectives(v.vantage, v.m);
   std::map<core::StallCause, std::uint64_t> causes;
   for (const core::Stall& st : v.m.stalls) causes[st.cause] += 1;
   for (const auto& [cause, n] : causes) d.count(CounterFamily::stalls, v.vantage, std::string(core::to_string(cause)), n);
@@ -228,6 +250,7 @@ RecordLabels labels_of(const StreamRecord& r, std::size_t max_bytes) {
   l.server_port = label_value(port, max_bytes);
   l.operation = genai_operation_of(r);
   l.provider = label_value(genai_provider_of(r), max_bytes);
+  l.system_fingerprint = label_value(r.load.system_fingerprint, max_bytes);
   return l;
 }
 
@@ -284,14 +307,16 @@ std::string label_value(std::string_view in, std::size_t max_bytes) {
 
 RecordDeltas deltas_of(const StreamRecord& r, const MetricsConfig& config) {
   Deltas d(config);
+  RecordLabels labels = labels_of(r, config.max_label_bytes);
   const std::string_view vantage = vantage_of(r.role);
   const Side side = r.role == core::Role::server ? Side::server : r.role == core::Role::client ? Side::client : Side::none;
   const bool successful = (r.status == 0 || (r.status >= 200 && r.status < 300)) && r.error_type.empty();
+  d.objective_scope(labels, !successful);
   add_view(d, View{vantage, r.metrics, own_token_times(r)}, side, successful);
   d.count(CounterFamily::tokens, vantage, {}, r.metrics.tokens);
   d.count(CounterFamily::streams, vantage, std::string(core::to_string(r.end)), 1);
   if (r.role == core::Role::server && r.delivery) add_delivery(d, r);
-  return d.take(labels_of(r, config.max_label_bytes));
+  return d.take(std::move(labels));
 }
 
 }  // namespace infertap::output::metrics_detail

@@ -43,6 +43,7 @@ inline constexpr std::string_view kVantageUnknown = "unknown";  // a record of u
 // A record's label values, UTF-8-safe and cut, before the registry's caps.
 struct RecordLabels {
   std::string model, route, process, request_model, response_model, server_port;
+  std::string system_fingerprint;  // the serving identity's (core::LoadContext)
   std::string_view operation;  // gen_ai.operation.name: closed set, never capped
   std::string provider;        // gen_ai.provider.name
 };
@@ -59,10 +60,18 @@ struct CounterDelta {
   std::uint64_t n = 0;
 };
 
+// A view of the stream counted against an objective (MetricsConfig::objectives).
+struct ObjectiveDelta {
+  std::size_t objective;  // index into MetricsConfig::objectives
+  std::string_view vantage;
+  bool met = false;
+};
+
 struct RecordDeltas {
   RecordLabels labels;
   std::vector<HistogramDelta> histograms;
   std::vector<CounterDelta> counters;
+  std::vector<ObjectiveDelta> objectives;
 };
 
 RecordDeltas deltas_of(const core::StreamRecord& record, const MetricsConfig& config);
