@@ -262,6 +262,10 @@ Read formats_section() {
   };
 }
 
+Read otlp_section() {
+  return [](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) { parse_otlp_section(r, n, k, &c.otlp); };
+}
+
 Read degradation_section() {
   return [](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
     std::vector<std::string> errors;
@@ -406,6 +410,7 @@ std::vector<Option> make_options() {
       option("kubernetes.containers_dir", text(FIELD(kubernetes.containers_dir), "DIR", directory_problem)),
       option("formats", {formats_section(), ""}),
       option("degradation", {degradation_section(), ""}),
+      option("otlp", {otlp_section(), ""}),
   };
   return o;
 }

@@ -18,6 +18,7 @@
 //   formats (a list)               -> pipeline.formats (daemon/formats.h)
 //   privacy.*                      -> pipeline.privacy (the assembler writes records' paths with it)
 //   limits.* (others), output.*, api.*, metrics.*, kubernetes.*, node_name -> the daemon's own structs
+//   otlp (a section)               -> otlp (daemon/otlp_config.h: over the OTEL_* environment)
 //
 // Defaults equal infertapd's command-line defaults.
 #pragma once
@@ -32,6 +33,7 @@
 
 #include "capture/loader.h"
 #include "core/types.h"
+#include "daemon/otlp_config.h"
 #include "degrade/config.h"
 #include "output/ndjson/sink.h"
 
@@ -103,6 +105,7 @@ struct DaemonConfig {
   TargetingSettings targeting;
   KubernetesSettings kubernetes;
   degrade::DegradationConfig degradation;  // degradation.* (docs/degradation.md)
+  OtlpSettings otlp;                       // otlp.* (daemon/otlp_config.h, docs/otlp.md)
   std::string node_name;  // "" = $NODE_NAME, else the host name (effective_node_name())
 };
 
