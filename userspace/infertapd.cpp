@@ -294,7 +294,11 @@ class Agent {
     const std::string error = sink_->last_error();
     log("output: " + output::describe_output(sink) + (sink.dropped_lines && !error.empty() ? "; last error: " + error : ""));
     stop_otlp();
-    if (run_.print_stats) log("stats " + counters_json(capture_->stats(), pipeline_->counters(), sink).dump());
+    if (run_.print_stats) {
+      json stats = counters_json(capture_->stats(), pipeline_->counters(), sink);
+      if (otlp_) stats["otlp"] = table_json(otlp_->counters());
+      log("stats " + stats.dump());
+    }
   }
 
  private:

@@ -432,8 +432,10 @@ TEST(OtlpExporter, SpansGoInBatchesAndAreCounted) {
   auto transport = std::make_unique<ScriptedTransport>();
   ScriptedTransport& t = *transport;
   Exporter e(quick_options(), WallClock(0), std::move(transport));
+  std::this_thread::sleep_for(50ms);  // the sender asleep until its next metrics export, an hour away
   for (int i = 0; i < 5; ++i) e.observe(server_record(static_cast<std::uint64_t>(i + 1), 20, 3));
-  ASSERT_TRUE(eventually([&] { return e.counters().spans_exported == 5; })) << describe(e.counters());
+  ASSERT_TRUE(eventually([&] { return e.counters().spans_exported == 5; }, 1s))
+      << "the batch goes after batch_delay (20 ms): " << describe(e.counters());
   EXPECT_TRUE(e.close());
   const Fields request = parse(t.posts.at(0).body);
   EXPECT_EQ(parse(parse(request.one(1)).one(2)).all(2).size(), 5u) << "five spans in one request";

@@ -48,9 +48,11 @@ const fromJson = (type, text) => {
     return (key === 'traceId' || key === 'spanId' || key === 'parentSpanId') && typeof value === 'string'
       ? Buffer.from(value, 'hex').toString('base64') : value;
   });
-  const problem = type.verify(plain);
+  // fromObject takes 64-bit integers as the decimal strings OTLP/JSON writes; verify then checks the message.
+  const message = type.fromObject(plain);
+  const problem = type.verify(message);
   if (problem) throw new Error(`not a valid ${type.name}: ${problem}`);
-  return type.fromObject(plain);
+  return message;
 };
 
 let n = 0;

@@ -63,11 +63,14 @@ void Exporter::observe(const core::StreamRecord& record) {
     counters_.spans_dropped += 1;
     return;
   }
-  if (pending_.empty()) first_pending_ = Clock::now();
+  const bool first = pending_.empty();
+  if (first) first_pending_ = Clock::now();
   counters_.queued_bytes += span.size();
   pending_.push_back(std::move(span));
   counters_.queued_spans = pending_.size();
-  if (pending_.size() >= options_.batch_spans) wake_.notify_one();
+  // The sender sleeps until its next metrics export: a first span sets a
+  // nearer time (batch_delay), a full batch is due now.
+  if (first || pending_.size() >= options_.batch_spans) wake_.notify_one();
 }
 
 // The sender: metrics when their interval is up, spans when a batch is full
