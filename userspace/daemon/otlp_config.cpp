@@ -289,7 +289,7 @@ void parse_otlp_section(base::YamlReader& r, const Node& node, const std::string
   const auto url = [&r](std::optional<std::string>* field) {
     return [&r, field](const Node& v, const std::string& k) {
       const auto s = r.string(v, k);
-      if (!s) return;
+      if (!s || s->empty()) return;  // "": the environment's, as when the key is left out
       if (const std::string why = url_problem(*s); !why.empty()) return r.fail(v, k, why);
       *field = *s;
     };
@@ -332,8 +332,7 @@ void parse_otlp_section(base::YamlReader& r, const Node& node, const std::string
       {"service_name",
        [&](const Node& v, const std::string& k) {
          const auto s = r.string(v, k);
-         if (s && s->empty()) return r.fail(v, k, "must not be empty");
-         if (s) out->service_name = *s;
+         if (s && !s->empty()) out->service_name = *s;  // "": the environment's, else infertap
        }},
       {"resource_attributes", [&](const Node& v, const std::string& k) { read_map(r, v, k, &out->resource_attributes, false); }},
   };
