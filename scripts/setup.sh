@@ -89,6 +89,19 @@ for spec in "${node_packages[@]}"; do
   fi
 done
 
+# The OTLP test receiver's decoder (tests/support/otlp/receiver.cjs): the
+# protobufjs code generated from the official opentelemetry-proto definitions,
+# as @opentelemetry/otlp-transformer ships it, pinned by the package-lock.json
+# beside it and installed there (npm ci).
+otlp_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/support/otlp"
+otlp_want=$(node -p "require('$otlp_dir/package.json').dependencies['@opentelemetry/otlp-transformer']")
+otlp_have=$(node -p "require('$otlp_dir/node_modules/@opentelemetry/otlp-transformer/package.json').version" 2>/dev/null || true)
+if [ "$otlp_have" != "$otlp_want" ]; then
+  echo "setup.sh: npm ci in $otlp_dir (@opentelemetry/otlp-transformer@$otlp_want)"
+  npm ci --prefix "$otlp_dir" --no-audit --no-fund >/dev/null ||
+    { echo "setup.sh: npm ci in $otlp_dir failed" >&2; exit 1; }
+fi
+
 # A system nginx/haproxy bound to :80 would only get in the way: stop and
 # disable the packaged services (no-ops where they never ran).
 for svc in nginx haproxy; do

@@ -1,9 +1,10 @@
 // infertapd: attaches the kernel capture, rebuilds per-stream timelines and
 // writes one NDJSON record per finished stream; serves the query API (unix
-// socket, for the `infertap` CLI) and Prometheus metrics.
+// socket, for the `infertap` CLI) and Prometheus metrics; with an OTLP
+// endpoint, exports spans and metrics to an OpenTelemetry Collector.
 //
 // Threads: this one owns the capture and the pipeline (single-threaded by
-// design); the sink, the API and the HTTP endpoint have their own and only see
+// design); the sink, the OTLP sender, the API and the HTTP endpoint have their own and only see
 // finished records or snapshots taken here.
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -36,6 +37,7 @@
 #include "daemon/load_probe.h"
 #include "output/prometheus/metrics.h"
 #include "output/ndjson/sink.h"
+#include "output/otlp/exporter.h"
 #include "daemon/store.h"
 #include "daemon/workload.h"
 #include "degrade/monitor.h"
@@ -209,8 +211,10 @@ output::MetricsConfig metrics_config(const daemon::DaemonConfig& config) {
 // reverse): the output, the capture, the endpoints, the pipeline.
 class Agent {
  public:
-  Agent(daemon::DaemonConfig config, daemon::CommandLine flags, RunControl run)
+  Agent(daemon::DaemonConfig config, daemon::CommandLine flags, RunControl run,
+        std::optional<output::otlp::ExporterOptions> otlp)
       : config_(std::move(config)),
+        otlp_options_(std::move(otlp)),
         flags_(std::move(flags)),
         run_(std::move(run)),
         render_{config_.output.timeline, daemon::effective_node_name(config_)},
@@ -226,6 +230,7 @@ class Agent {
   // anything.
   int start() {
     if (const int rc = open_output()) return rc;
+    start_otlp();
     if (const int rc = start_metrics()) return rc;
     if (const int rc = start_api()) return rc;
     if (const int rc = open_capture()) return rc;
@@ -267,6 +272,7 @@ class Agent {
         degradation_.tick(now);
         refresh();
         report_drops(now);
+        report_otlp_drops(now);
         last_tick = now;
       }
       if (run_.duration_s > 0 && static_cast<double>(now - start) / 1e9 >= run_.duration_s) break;
@@ -288,7 +294,12 @@ class Agent {
     const output::SinkCounters sink = sink_->counters();
     const std::string error = sink_->last_error();
     log("output: " + output::describe_output(sink) + (sink.dropped_lines && !error.empty() ? "; last error: " + error : ""));
-    if (run_.print_stats) log("stats " + counters_json(capture_->stats(), pipeline_->counters(), sink).dump());
+    stop_otlp();
+    if (run_.print_stats) {
+      json stats = counters_json(capture_->stats(), pipeline_->counters(), sink);
+      if (otlp_) stats["otlp"] = table_json(otlp_->counters());
+      log("stats " + stats.dump());
+    }
   }
 
  private:
@@ -328,6 +339,42 @@ class Agent {
       return 2;
     }
     return 0;
+  }
+
+  // The OTLP exporter, when an endpoint is configured (file or OTEL_*): its
+  // own sender thread; a dead collector costs the capture nothing.
+  void start_otlp() {
+    if (!otlp_options_) return;
+    const output::otlp::ExporterOptions& o = *otlp_options_;
+    const auto where = [](const std::optional<output::otlp::SignalOptions>& s) {
+      return s ? daemon::loggable_url(s->url) + (s->encoding == output::otlp::Encoding::json ? " (http/json)" : " (http/protobuf)")
+               : std::string("off");
+    };
+    otlp_ = std::make_unique<output::otlp::Exporter>(o, clock_);
+    log("otlp: traces to " + where(o.traces) + "; metrics to " + where(o.metrics) + " every " +
+        std::to_string(static_cast<double>(o.export_interval.count()) / 1000.0).substr(0, 5) + " s");
+  }
+
+  // Sends what is queued and a last metrics export (bounded), then says what was lost.
+  void stop_otlp() {
+    if (!otlp_) return;
+    otlp_->close();
+    const output::otlp::Counters c = otlp_->counters();
+    const std::string error = otlp_->last_error();
+    log("otlp: " + output::otlp::describe(c) + (error.empty() ? "" : "; last error: " + error));
+  }
+
+  // What the exporter drops is said when it starts and then at most every 10 s.
+  void report_otlp_drops(std::uint64_t now) {
+    if (!otlp_) return;
+    const output::otlp::Counters c = otlp_->counters();
+    const std::uint64_t dropped = c.spans_dropped + c.metric_exports_dropped;
+    if (dropped == otlp_dropped_reported_) return;
+    if (otlp_reported_at_ != 0 && now - otlp_reported_at_ < 10'000'000'000ull) return;
+    const std::string error = otlp_->last_error();
+    log("otlp is losing data: " + output::otlp::describe(c) + (error.empty() ? "" : "; last error: " + error));
+    otlp_dropped_reported_ = dropped;
+    otlp_reported_at_ = now;
   }
 
   int open_capture() {
@@ -440,6 +487,7 @@ class Agent {
   void on_record(core::StreamRecord&& record) {
     sink_->offer(output::render_stream(record, clock_, render_));
     metrics_.observe(record);
+    if (otlp_) otlp_->observe(record);
     degradation_.observe(record);
     store_.add(std::move(record));
   }
@@ -448,7 +496,8 @@ class Agent {
   void refresh() {
     const capture::CaptureStats kernel = capture_->stats();
     const output::SinkCounters sink = sink_->counters();
-    metrics_.set_self(kernel, pipeline_->counters(), sink, {pipeline_->connection_count(), missing_capabilities_});
+    const output::otlp::Counters otlp = otlp_ ? otlp_->counters() : output::otlp::Counters{};
+    metrics_.set_self(kernel, pipeline_->counters(), sink, {pipeline_->connection_count(), missing_capabilities_, otlp});
     store_.set_live(live_streams(*pipeline_));
     std::vector<output::CohortStateSample> cohorts;
     for (const degrade::CohortGauge& g : degradation_.gauges()) {
@@ -464,6 +513,7 @@ class Agent {
     std::lock_guard<std::mutex> lock(status_mu_);
     status_["counters"] = counters_json(kernel, pipeline_->counters(), sink);
     if (http_) status_["counters"]["http"] = table_json(http_->counters());
+    if (otlp_) status_["counters"]["otlp"] = table_json(otlp);
     status_["tracked_connections"] = pipeline_->connection_count();
   }
 
@@ -499,12 +549,16 @@ class Agent {
   }
 
   const daemon::DaemonConfig config_;
+  const std::optional<output::otlp::ExporterOptions> otlp_options_;
   const daemon::CommandLine flags_;
   const RunControl run_;
   int device_fd_ = -1;
   output::SinkCounters drops_reported_;   // the sink's counters when drops were last logged
   std::uint64_t drops_reported_at_ = 0;
   std::unique_ptr<output::RecordSink> sink_;
+  std::unique_ptr<output::otlp::Exporter> otlp_;  // null: OTLP off
+  std::uint64_t otlp_dropped_reported_ = 0;       // spans + metric exports dropped when last logged
+  std::uint64_t otlp_reported_at_ = 0;
   std::unique_ptr<capture::Capture> capture_;
   const output::WallClock clock_;
   output::RenderOptions render_;
@@ -558,8 +612,14 @@ int main(int argc, char** argv) {
     log(error);
     return 2;
   }
+  // OTLP: the file's otlp section over the OTEL_* environment (docs/otlp.md).
+  auto otlp = daemon::otlp_options(*config, daemon::process_environment(), &error);
+  if (!otlp && !error.empty()) {
+    log(error);
+    return 2;
+  }
   install_signal_handlers();
-  Agent agent(std::move(*config), flags, std::move(run));
+  Agent agent(std::move(*config), flags, std::move(run), std::move(otlp));
   if (const int rc = agent.start()) return rc;
   agent.run();
   agent.stop();

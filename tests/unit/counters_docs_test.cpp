@@ -10,6 +10,7 @@
 #include "daemon/http_server.h"
 #include "output/prometheus/metrics.h"
 #include "output/ndjson/sink.h"
+#include "output/otlp/counters.h"
 #include "support/repo_file.h"
 
 namespace infertap::daemon {
@@ -42,6 +43,7 @@ TEST(CounterTables, EveryStatusCounterIsDocumented) {
   capture::CaptureStats{}.for_each_drop(documented);
   core::PipelineCounters{}.for_each(documented);
   output::SinkCounters{}.for_each(documented);
+  output::otlp::Counters{}.for_each(documented);
   HttpCounters{}.for_each(documented);
 }
 

@@ -324,6 +324,12 @@ struct StreamRecord {
   // stream in flight carries a StreamRecord and few have these.
   std::shared_ptr<const Delivery> delivery;  // server/gateway records: the client-observed view
   std::shared_ptr<const GatewayLeg> gateway;
+  // The stream_id of the most upstream record of its joined path (the
+  // server's, else a gateway's upstream leg), set by the joiner on every
+  // record of the group; "" when the record was joined to none. Every record
+  // of one path names the same one, so exporters can key the path on it
+  // (one trace per path) although each record sees only its neighbours.
+  std::string path_root;
 };
 
 // Bytes a record holds (itself, its timeline, tail and evidence): the

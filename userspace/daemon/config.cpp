@@ -271,6 +271,10 @@ Read objectives_section() {
   };
 }
 
+Read otlp_section() {
+  return [](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) { parse_otlp_section(r, n, k, &c.otlp); };
+}
+
 Read degradation_section() {
   return [](YamlReader& r, const Node& n, const std::string& k, DaemonConfig& c) {
     std::vector<std::string> errors;
@@ -416,6 +420,7 @@ std::vector<Option> make_options() {
       option("formats", {formats_section(), ""}),
       option("degradation", {degradation_section(), ""}),
       option("objectives", {objectives_section(), ""}),
+      option("otlp", {otlp_section(), ""}),
   };
   return o;
 }

@@ -19,6 +19,7 @@
 //   privacy.*                      -> pipeline.privacy (the assembler writes records' paths with it)
 //   limits.* (others), output.*, api.*, metrics.*, kubernetes.*, node_name -> the daemon's own structs
 //   objectives (a list)            -> objectives (daemon/objectives.h; exported by the metrics registry)
+//   otlp (a section)               -> otlp (daemon/otlp_config.h: over the OTEL_* environment)
 //
 // Defaults equal infertapd's command-line defaults.
 #pragma once
@@ -33,6 +34,7 @@
 
 #include "capture/loader.h"
 #include "core/types.h"
+#include "daemon/otlp_config.h"
 #include "degrade/config.h"
 #include "output/ndjson/sink.h"
 #include "output/prometheus/objectives.h"
@@ -106,6 +108,7 @@ struct DaemonConfig {
   KubernetesSettings kubernetes;
   degrade::DegradationConfig degradation;  // degradation.* (docs/degradation.md)
   std::vector<output::Objective> objectives;  // objectives: the fleet rules' (daemon/objectives.h)
+  OtlpSettings otlp;                       // otlp.* (daemon/otlp_config.h, docs/otlp.md)
   std::string node_name;  // "" = $NODE_NAME, else the host name (effective_node_name())
 };
 

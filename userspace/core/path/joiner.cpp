@@ -155,8 +155,29 @@ void PathJoiner::try_release(Waiting& h, TimestampNs now, const PathPartners* pa
   }
 }
 
+namespace {
+
+// The most upstream record of a group: from any member, the sender of its
+// connection (a reader's peer), then the gateway's upstream leg of a sender
+// that relays, until neither is there. The links form a chain, so every
+// member reaches the same one.
+const PathNode* path_root_of(const PathNode* node) {
+  for (std::size_t steps = 0; steps < 8; ++steps) {  // a path on one host has at most four records
+    const PathNode* up = node->rec.role == Role::client ? node->peer : node->gateway;
+    if (!up || (node->rec.role == Role::client && up->rec.role != Role::server)) break;
+    node = up;
+  }
+  return node;
+}
+
+}  // namespace
+
 // The path stages, in order: each needs what the one before filled.
 void PathJoiner::finish(const Group& group) {
+  if (group.size() > 1) {
+    const std::string root = stream_id(path_root_of(group.front())->rec);
+    for (Waiting* h : group) h->rec.path_root = root;
+  }
   std::vector<Hop> scratch;  // one event's hops; storage reused across events
   for (Waiting* h : group) take_unix_arrivals(*h);
   for (Waiting* h : group) fill_path_times(*h, scratch);

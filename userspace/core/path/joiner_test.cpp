@@ -120,6 +120,8 @@ TEST_F(PathJoinerTest, BothEndsJoinBySequenceAndTheServerGetsTheClientsView) {
   const StreamRecord* c = find(Role::client, 200);
   ASSERT_TRUE(s && c);
   EXPECT_EQ(s->peer_stream_id, stream_id(*c));
+  EXPECT_EQ(s->path_root, stream_id(*s));
+  EXPECT_EQ(c->path_root, stream_id(*s)) << "the client's path starts at the server";
   ASSERT_EQ(s->path_times.size(), s->timeline.size());
   EXPECT_EQ(s->path_times[3].peer_ns, c->timeline[3].ts_ns);
   EXPECT_EQ(c->path_times[3].peer_ns, s->timeline[3].ts_ns);
@@ -246,6 +248,8 @@ TEST_F(PathJoinerTest, GatewayLegsJoinByContentAndHeldEventsAreGatewayBuffering)
   EXPECT_EQ(g->gateway->max_events_per_send, 12u);
   EXPECT_EQ(*g->gateway->delay_max_ns, 110 * kMs + kMs - kMs / 10);
   for (const Stall& st : g->metrics.stalls) EXPECT_EQ(st.cause, StallCause::gateway_buffering) << st.evidence;
+  // Each record knows only its neighbours, yet all four name the server's record as their path's root.
+  for (const StreamRecord& r : out_) EXPECT_EQ(r.path_root, stream_id(*s)) << "record of pid " << r.conn.pid;
 }
 
 // nginx's default buffering in front of a TLS client: the gateway sends the

@@ -323,6 +323,7 @@ void write_self_metrics(Writer& w, const State& s) {
     w.sample("infertap_capability_missing", {{"capability", name}}, std::uint64_t{1});
   }
   s.sink.for_each([&](const base::Counter& c) { write_table_counter(w, "infertap_sink_", c); });
+  s.extra.otlp.for_each([&](const base::Counter& c) { write_table_counter(w, "infertap_otlp_", c); });
   w.family("infertap_process_cpu_seconds_total", "counter", "User and system CPU time of the agent process.");
   w.sample_double("infertap_process_cpu_seconds_total", {}, process_cpu_seconds());
   w.family("infertap_process_resident_memory_bytes", "gauge", "Resident memory of the agent process.");
@@ -381,30 +382,16 @@ std::vector<double> MetricsConfig::default_rate_buckets() {
 
 // ---- registry ----------------------------------------------------------------
 
-MetricsRegistry::MetricsRegistry(MetricsConfig config) : config_(std::move(config)) {}
+MetricsRegistry::MetricsRegistry(MetricsConfig config)
+    : config_(std::move(config)), caps_(config_.max_label_values) {}
 
 std::string MetricsRegistry::cap_label(std::string_view name, std::string value, bool count_overflow) {
-  auto it = seen_.find(name);
-  if (it == seen_.end()) it = seen_.emplace(std::string(name), std::set<std::string>{}).first;
-  std::set<std::string>& seen = it->second;
-  if (seen.count(value) != 0) return value;
-  if (seen.size() < config_.max_label_values) {
-    seen.insert(value);
-    return value;
-  }
-  if (count_overflow) state_.overflow[std::string(name)] += 1;
-  return std::string(kOther);
+  return caps_.cap(name, std::move(value), count_overflow ? &state_.overflow : nullptr);
 }
 
 template <class V>
 V& MetricsRegistry::series(Family<V>& family, LabelValues labels, std::size_t stream_labels) {
-  if (const auto it = family.series.find(labels); it != family.series.end()) return it->second;
-  if (family.series.size() >= config_.max_series_per_family) {
-    // The overflow series: vantage (never mixed) and the family's own label kept.
-    for (std::size_t i = 1; i < stream_labels && i < labels.size(); ++i) labels[i] = kOther;
-    family.folded += 1;
-  }
-  return family.series[std::move(labels)];
+  return output::series_of(family, std::move(labels), stream_labels, config_.max_series_per_family);
 }
 
 void MetricsRegistry::observe(const core::StreamRecord& record) {

@@ -25,8 +25,11 @@
 
 #include "capture/loader.h"
 #include "core/types.h"
+#include "output/cardinality.h"
 #include "output/ndjson/sink.h"
 #include "output/prometheus/objectives.h"
+#include "output/otlp/counters.h"
+#include "output/stream_measures.h"
 
 namespace infertap::output {
 
@@ -91,6 +94,7 @@ struct SelfExtra {
   // Names of the capabilities the capture lacks (capture/privileges.h):
   // infertap_capability_missing{capability="CAP_SYS_PTRACE"} 1 each.
   std::vector<std::string> missing_capabilities;
+  otlp::Counters otlp;  // the OTLP exporter's (all 0 when it is off)
 };
 
 namespace metrics_detail {
@@ -101,31 +105,17 @@ struct Histogram {
   std::uint64_t count = 0;
 };
 
-using LabelValues = std::vector<std::string>;
+// The series of one family, bounded by MetricsConfig::max_series_per_family
+// (output/cardinality.h).
+using output::Family;
+using output::LabelValues;
 
-// The series of one family, bounded by MetricsConfig::max_series_per_family.
-template <class V>
-struct Family {
-  std::map<LabelValues, V> series;
-  std::uint64_t folded = 0;  // observations that went to the overflow series
-};
-
-// The stream families (docs/prometheus.md), in render order.
-enum class HistogramFamily : std::uint8_t {
-  server_ttft,      // gen_ai_server_time_to_first_token_seconds
-  server_tpot,      // gen_ai_server_time_per_output_token_seconds (per request)
-  server_duration,  // gen_ai_server_request_duration_seconds
-  client_ttfc,      // gen_ai_client_operation_time_to_first_chunk_seconds
-  client_tpoc,      // gen_ai_client_operation_time_per_output_chunk_seconds (per chunk gap)
-  client_duration,  // gen_ai_client_operation_duration_seconds
-  itl,              // infertap_inter_token_latency_seconds (per gap, every vantage)
-  rate,             // infertap_tokens_per_second
-  lag,              // infertap_delivery_lag_seconds (per stream, at its last token)
-  longest_pause,    // infertap_longest_pause_seconds (per stream: its longest gap)
-};
-inline constexpr std::size_t kHistogramFamilies = 10;
-enum class CounterFamily : std::uint8_t { tokens, streams, stalls, path_degraded };
-inline constexpr std::size_t kCounterFamilies = 4;
+// The stream families (docs/prometheus.md), in render order: the measures
+// every exporter shares (output/stream_measures.h).
+using output::CounterFamily;
+using output::HistogramFamily;
+using output::kCounterFamilies;
+using output::kHistogramFamilies;
 
 }  // namespace metrics_detail
 
@@ -215,7 +205,7 @@ class MetricsRegistry {
   mutable std::mutex mu_;
   State state_;
   std::uint64_t version_ = 0;  // bumped by every change of state_
-  std::map<std::string, std::set<std::string>, std::less<>> seen_;  // label name -> values kept
+  LabelCaps caps_;  // label name -> values kept
 
   // The shared rendering: one at a time; callers that arrive during it wait
   // for it (render_done_) and take its result; while nothing changed, the
@@ -234,16 +224,6 @@ class MetricsRegistry {
 // Helpers, public for tests and for other exporters.
 std::string escape_label_value(std::string_view v);  // \ " newline; other controls as base::printable
 std::string format_double(double v);                 // shortest round trip; +Inf/-Inf/NaN
-// gen_ai.operation.name of a request path: "chat" (…/chat/completions,
-// …/messages, …/responses), "text_completion" (…/completions), else "unknown".
-std::string_view genai_operation_of(std::string_view route);
-// gen_ai.operation.name of a record: its dialect's (the servers' own generate
-// APIs: text_completion, Ollama /api/chat: chat, Gemini: generate_content,
-// Anthropic and Responses: chat), a declared format's, else its route's.
-std::string_view genai_operation_of(const core::StreamRecord& record);
-// gen_ai.provider.name of a record: the API its events speak ("openai",
-// "anthropic", "ollama", "tgi", "llama.cpp", "sglang", "vllm", "triton",
-// "gcp.gemini"), a declared format's provider (else its name), else "unknown".
-std::string_view genai_provider_of(const core::StreamRecord& record);
+// genai_operation_of, genai_provider_of: output/stream_measures.h.
 
 }  // namespace infertap::output

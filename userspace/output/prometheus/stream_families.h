@@ -1,8 +1,8 @@
 // The stream families of the Prometheus endpoint (docs/prometheus.md): their
 // names, label sets and buckets, and what one finished stream record adds to
-// them — per family and vantage, its observations already bucketed, and its
-// counter increments. Plain functions of a record: the registry applies the
-// result under its lock (output/prometheus/metrics.h).
+// them — per family and vantage, its observations (output/stream_measures.h)
+// bucketed, and its counter increments. Plain functions of a record: the
+// registry applies the result under its lock (output/prometheus/metrics.h).
 //
 //   StreamRecord --> RecordDeltas (label values + histogram deltas + counter increments)
 #pragma once
@@ -14,6 +14,7 @@
 
 #include "core/types.h"
 #include "output/prometheus/metrics.h"
+#include "output/stream_measures.h"
 
 namespace infertap::output::metrics_detail {
 
@@ -34,19 +35,9 @@ const HistogramSpec& spec_of(HistogramFamily f);
 const CounterSpec& spec_of(CounterFamily f);
 const std::vector<double>& bounds_of(HistogramFamily f, const MetricsConfig& config);
 
-// The vantage label values: where a view's times were taken.
-inline constexpr std::string_view kVantageServer = "server";    // a server's (or a gateway's) sends
-inline constexpr std::string_view kVantageClient = "client";    // a local client's reads
-inline constexpr std::string_view kVantageAcked = "acked";      // a remote client's kernel ACKs, seen at the last sender
-inline constexpr std::string_view kVantageUnknown = "unknown";  // a record of unknown role
-
-// A record's label values, UTF-8-safe and cut, before the registry's caps.
-struct RecordLabels {
-  std::string model, route, process, request_model, response_model, server_port;
-  std::string system_fingerprint;  // the serving identity's (core::LoadContext)
-  std::string_view operation;  // gen_ai.operation.name: closed set, never capped
-  std::string provider;        // gen_ai.provider.name
-};
+// What feeds which family, the vantages and the label values: output/stream_measures.h.
+using output::label_value;
+using output::RecordLabels;
 
 struct HistogramDelta {
   HistogramFamily family;
@@ -75,9 +66,5 @@ struct RecordDeltas {
 };
 
 RecordDeltas deltas_of(const core::StreamRecord& record, const MetricsConfig& config);
-
-// A label value as the exposition takes it: invalid UTF-8 bytes become '?',
-// cut to max_bytes, "unknown" when empty.
-std::string label_value(std::string_view in, std::size_t max_bytes);
 
 }  // namespace infertap::output::metrics_detail
