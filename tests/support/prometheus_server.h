@@ -251,19 +251,23 @@ inline std::string promtool_problems(const std::string& text, const ScratchDir& 
   return "promtool check metrics failed:\n" + read_file(out);
 }
 
-// infertapd on `app_port` with its metrics on `metrics_port`; extra flags
-// appended; `wrapper` is a command it runs under (setpriv with fewer capabilities).
+struct DaemonOptions {
+  std::vector<std::string> extra;    // flags appended
+  std::vector<std::string> wrapper;  // a command it runs under (setpriv with fewer capabilities)
+  std::string output = "/dev/null";  // its records
+};
+
+// infertapd on `app_port` with its metrics on `metrics_port`, once it has attached.
 inline std::optional<Process> start_metrics_daemon(const ScratchDir& scratch, std::uint16_t app_port,
-                                                   std::uint16_t metrics_port, std::vector<std::string> extra = {},
-                                                   std::vector<std::string> wrapper = {}) {
-  std::vector<std::string> argv = wrapper;
+                                                   std::uint16_t metrics_port, const DaemonOptions& options = {}) {
+  std::vector<std::string> argv = options.wrapper;
   for (const std::string& a : {build_dir() + "/infertapd", std::string("--port"), std::to_string(app_port),
                                std::string("--socket"), std::string(), std::string("--metrics-listen"),
                                "127.0.0.1:" + std::to_string(metrics_port), std::string("--ready-file"),
-                               scratch.file("ready"), std::string("-o"), std::string("/dev/null")}) {
+                               scratch.file("ready"), std::string("-o"), options.output}) {
     argv.push_back(a);
   }
-  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), options.extra.begin(), options.extra.end());
   auto daemon = Process::spawn(argv, scratch.file("daemon.log"));
   if (daemon && !wait_for_file(scratch.file("ready"), std::chrono::seconds(20))) {
     ADD_FAILURE() << "infertapd did not attach:\n" << read_file(scratch.file("daemon.log"));

@@ -1,0 +1,363 @@
+// The Grafana dashboard (deploy/grafana/infertap.json) against the real
+// thing: a real Prometheus (Debian `prometheus`) scrapes a real infertapd
+// timing sample traffic made to exercise what the panels show, and evaluates
+// the repository's rules; every query of every panel, with its template
+// variables set to values the traffic created, runs through Prometheus's HTTP
+// API and must parse and return data. A panel that shows nothing for the
+// traffic it is meant to show fails the test.
+//
+// The traffic, all at once against one sample server whose every stream
+// pauses 150 ms after its 5th token (a stall the model caused):
+//   - clients on the node (vantage client) and one in a network namespace,
+//     seen through the ACKs its kernel sends (vantage acked);
+//   - a slow reader that falls behind: delivery lag, the path degrading the
+//     stream (client_read);
+//   - one client address holding most of the server's decode time for
+//     several 1 s windows: the abuse signal;
+//   - two long streams still running while the queries run (streams in
+//     flight), load bands on (metrics.band_labels: true);
+//   - then more models than metrics.max_label_values keeps (label overflow);
+//   - the agent runs without CAP_DAC_READ_SEARCH (a capability missing).
+// Yesterday is history a fresh Prometheus cannot have: the day-over-day
+// panels' `offset 1d` reads series imported with `promtool tsdb
+// create-blocks-from openmetrics` into its data directory before it starts.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <stdexcept>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "output/prometheus/metrics.h"
+#include "support/grafana_dashboard.h"
+#include "support/netns.h"
+#include "support/process.h"
+#include "support/prometheus_server.h"
+#include "support/repo_file.h"
+
+namespace infertap {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+using testing::Process;
+using testing::PrometheusServer;
+using testing::read_file;
+
+constexpr const char* kModel = "dash-model";
+constexpr const char* kRoute = "/v1/chat/completions";
+constexpr const char* kRulesFile = "deploy/prometheus/infertap-rules.yaml";
+
+// The agent's configuration: the sample peers only (the remote reader runs
+// under another name, so its server's record is the last hop and its view is
+// the ACKs), load bands as labels, a label cap the overflow models pass, 1 s
+// degradation windows so the abuse signal is raised within the test.
+constexpr const char* kAgentConfig = R"(targeting:
+  process_name_patterns: ["sample-*"]
+metrics:
+  band_labels: true
+  max_label_values: 4
+degradation:
+  window_s: 1
+  abuse: {share: 0.5, release_share: 0.3, min_streams: 5, min_clients: 2, enter_windows: 2, exit_windows: 4}
+)";
+
+// One observation of `value` every `step_s` from `from_s` to `to_s` (unix
+// seconds) into the histogram `name` with `labels`, as OpenMetrics samples.
+std::string histogram_history(const std::string& name, const std::string& labels, const std::vector<double>& bounds,
+                              double value, long from_s, long to_s, long step_s) {
+  std::ostringstream out;
+  out << "# TYPE " << name << " histogram\n";
+  long n = 0;
+  for (long t = from_s; t <= to_s; t += step_s) {
+    ++n;
+    for (double le : bounds) {
+      out << name << "_bucket{" << labels << ",le=\"" << le << "\"} " << (value <= le ? n : 0) << " " << t << "\n";
+    }
+    out << name << "_bucket{" << labels << ",le=\"+Inf\"} " << n << " " << t << "\n";
+    out << name << "_count{" << labels << "} " << n << " " << t << "\n";
+    out << name << "_sum{" << labels << "} " << n * value << " " << t << "\n";
+  }
+  return out.str();
+}
+
+// Yesterday's samples of the day-over-day panels' histograms, from 70 min
+// before to 5 min after now - 1 d, as the agent at `instance` would have
+// exported them: a decode rate of 40 tokens/s and a TTFT of 25 ms.
+void write_history(const std::string& path, const std::string& instance) {
+  const long day_ago = static_cast<long>(std::time(nullptr)) - 86400;
+  const std::string common = "job=\"infertap\",instance=\"" + instance + "\",vantage=\"server\",route=\"" + kRoute +
+                             "\",process=\"sample-server\"";
+  const output::MetricsConfig buckets;
+  std::ofstream out(path);
+  out << histogram_history("infertap_tokens_per_second",
+                           common + ",model=\"" + kModel + "\",concurrency_band=\"1\",input_band=\"<512\"",
+                           buckets.rate_buckets, 40, day_ago - 4200, day_ago + 300, 15);
+  out << histogram_history("gen_ai_server_time_to_first_token_seconds",
+                           common + ",gen_ai_response_model=\"" + kModel + "\",gen_ai_request_model=\"" + kModel +
+                               "\",gen_ai_operation_name=\"chat\",gen_ai_provider_name=\"openai\"",
+                           buckets.latency_buckets, 0.025, day_ago - 4200, day_ago + 300, 15);
+  out << "# EOF\n";
+}
+
+// A query's samples: "{labels} value" each; empty when it returned nothing.
+// `finite` is whether one value at least is a number (a quantile of no
+// observations is NaN, a share over no streams is NaN or Inf).
+struct Answer {
+  bool ok = false;
+  std::string error, body;
+  std::vector<std::string> samples;
+  bool finite = false;
+};
+
+Answer ask(const PrometheusServer& prom, const std::string& expr) {
+  Answer a;
+  const json j = prom.query(expr);
+  a.body = j.is_discarded() || j.is_null() ? "(no JSON answer)" : j.dump().substr(0, 1500);
+  if (!j.is_object() || j.value("status", "") != "success") {
+    a.error = j.is_object() ? j.value("errorType", "") + ": " + j.value("error", "") : a.body;
+    return a;
+  }
+  a.ok = true;
+  const json& data = j["data"];
+  if (data.value("resultType", "") == "scalar") {
+    const double v = std::stod(data["result"][1].get<std::string>());
+    a.samples.push_back(data["result"][1].get<std::string>());
+    a.finite = std::isfinite(v);
+    return a;
+  }
+  for (const json& s : data["result"]) {
+    const std::string v = s["value"][1].get<std::string>();
+    a.samples.push_back(s["metric"].dump() + " " + v);
+    a.finite = a.finite || std::isfinite(std::stod(v));
+  }
+  return a;
+}
+
+// Polls `expr` until it answers with a finite value or `deadline` passes (then asked once).
+Answer ask_until_data(const PrometheusServer& prom, const std::string& expr,
+                      std::chrono::steady_clock::time_point deadline) {
+  Answer a = ask(prom, expr);
+  while ((!a.ok || !a.finite) && a.error.find("bad_data") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(250ms);
+    a = ask(prom, expr);
+  }
+  return a;
+}
+
+// The value of a one-result `expr`, polled until at least `at_least` or 20 s; NaN when none.
+double value_at_least(const PrometheusServer& prom, const std::string& expr, double at_least) {
+  double got = NAN;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const json j = prom.query(expr);
+    if (j.is_object() && j.value("status", "") == "success" && !j["data"]["result"].empty()) {
+      got = std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
+      if (got >= at_least) return got;
+    }
+    std::this_thread::sleep_for(250ms);
+  }
+  return got;
+}
+
+// The values Prometheus has for a variable's label_values(selector, label)
+// query (the selector's own variables already substituted).
+std::set<std::string> label_values(const PrometheusServer& prom, const std::string& query) {
+  static const std::regex form(R"(^label_values\((.*),\s*([A-Za-z_][A-Za-z0-9_]*)\)$)");
+  std::smatch m;
+  if (!std::regex_match(query, m, form)) {
+    ADD_FAILURE() << "not a label_values(selector, label) query: " << query;
+    return {};
+  }
+  const json j = prom.api("/api/v1/label/" + m[2].str() + "/values?match[]=" + testing::url_encode(m[1].str()));
+  std::set<std::string> out;
+  if (j.is_object() && j.value("status", "") == "success") {
+    for (const json& v : j["data"]) out.insert(v.get<std::string>());
+  }
+  return out;
+}
+
+// A sample-client run (`binary`: a copy under another name; in `wrapper`, e.g.
+// a network namespace) with its output in `log`.
+Process client(const testing::ScratchDir& scratch, const std::string& log, const std::string& host,
+               std::uint16_t port, std::vector<std::string> args, std::vector<std::string> wrapper = {},
+               const std::string& binary = testing::build_dir() + "/sample-client") {
+  std::vector<std::string> argv = wrapper;
+  for (const std::string& a : {binary, std::string("--host"), host,
+                               std::string("--port"), std::to_string(port)}) {
+    argv.push_back(a);
+  }
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto p = Process::spawn(argv, scratch.file(log));
+  if (!p) throw std::runtime_error("cannot spawn sample-client");
+  return std::move(*p);
+}
+
+void expect_exits_zero(Process& p, const testing::ScratchDir& scratch, const std::string& log) {
+  const auto st = p.wait(60s);
+  EXPECT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << log << ":\n" << read_file(scratch.file(log));
+}
+
+TEST(GrafanaDashboard, EveryPanelReturnsDataForTheTrafficItShows) {
+  ASSERT_EQ(geteuid(), 0u) << "this test loads BPF programs and makes a network namespace: run as root";
+  const json dashboard = json::parse(testing::repo_file("deploy/grafana/infertap.json"), nullptr, false);
+  ASSERT_FALSE(dashboard.is_discarded()) << "deploy/grafana/infertap.json is not JSON";
+  ASSERT_EQ(testing::dashboard_shape_problems(dashboard), std::vector<std::string>{});
+  testing::ScratchDir scratch("infertap-dashboard");
+  ASSERT_TRUE(scratch.ok());
+
+  testing::NetnsPath net;
+  ASSERT_TRUE(net.ok()) << net.error();
+  const std::uint16_t app_port = testing::free_port(), metrics_port = testing::free_port();
+  const std::string instance = "127.0.0.1:" + std::to_string(metrics_port);
+  std::ofstream(scratch.file("agent.yaml")) << kAgentConfig;
+  // Without CAP_DAC_READ_SEARCH (nor CAP_DAC_OVERRIDE, which stands in for it):
+  // the agent says so in infertap_capability_missing, the plaintext capture works.
+  auto daemon = testing::start_metrics_daemon(
+      scratch, app_port, metrics_port,
+      {.extra = {"--config", scratch.file("agent.yaml")},
+       .wrapper = {"/usr/bin/setpriv", "--bounding-set=-dac_read_search,-dac_override", "--inh-caps=-all", "--"},
+       .output = scratch.file("records.ndjson")});
+  ASSERT_TRUE(daemon);
+
+  write_history(scratch.file("history.om"), instance);
+  testing::PrometheusOptions options{.rule_files = {}, .history = scratch.file("history.om")};
+  if (access(kRulesFile, R_OK) == 0) options.rule_files.push_back(kRulesFile);
+  PrometheusServer prom(metrics_port, options);
+  ASSERT_TRUE(prom.process);
+  ASSERT_TRUE(prom.ready(20s)) << "Prometheus did not get ready:\n" << read_file(prom.log);
+  // Its first scrape comes seconds after it is ready (targets are applied
+  // every 5 s): traffic before it would leave series whose first sample is
+  // already their last, with no rate.
+  ASSERT_EQ(value_at_least(prom, "up{job=\"infertap\"}", 1), 1) << read_file(prom.log);
+
+  auto server = testing::start_sample_server(scratch, app_port,
+                                             {"--host", "0.0.0.0", "--ttft-ms", "30", "--itl-ms", "5", "--pause-after",
+                                              "5", "--pause-ms", "150"});
+  ASSERT_TRUE(server);
+  const std::vector<std::string> model = {"--model", kModel};
+  const auto with_model = [&](std::vector<std::string> args) {
+    args.insert(args.end(), model.begin(), model.end());
+    return args;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  // Still streaming while the queries run (8000 tokens 5 ms apart; killed at the end).
+  Process long_streams =
+      client(scratch, "long.out", "127.0.0.1", app_port, with_model({"--concurrency", "2", "--tokens", "8000"}));
+  Process heavy = client(scratch, "heavy.out", net.host_ip(), app_port,
+                         with_model({"--concurrency", "6", "--requests", "16", "--tokens", "10"}));
+  // The remote reader: not a traced process (process_name_patterns), in its own namespace.
+  const std::string remote_reader = scratch.file("remote-reader");
+  std::filesystem::copy_file(testing::build_dir() + "/sample-client", remote_reader);
+  std::filesystem::permissions(remote_reader, std::filesystem::perms::owner_all);
+  Process remote = client(scratch, "remote.out", net.host_ip(), app_port,
+                          with_model({"--requests", "6", "--tokens", "10"}), net.exec_prefix(), remote_reader);
+  Process slow_reader = client(scratch, "slow.out", "127.0.0.1", app_port,
+                               with_model({"--requests", "2", "--tokens", "120", "--read-size", "300",
+                                           "--read-delay-ms", "12"}));
+  Process local = client(scratch, "local.out", "127.0.0.1", app_port, with_model({"--concurrency", "3", "--tokens", "10"}));
+  expect_exits_zero(local, scratch, "local.out");
+  // The label cap keeps the first values it met: the sample model, then 3 of these.
+  std::vector<Process> overflow;
+  for (int i = 0; i < 6; ++i) {
+    overflow.push_back(client(scratch, "overflow" + std::to_string(i) + ".out", "127.0.0.1", app_port,
+                              {"--tokens", "3", "--model", "overflow-model-" + std::to_string(i)}));
+  }
+  for (int i = 0; i < 6; ++i) expect_exits_zero(overflow[i], scratch, "overflow" + std::to_string(i) + ".out");
+  for (auto* p : {&heavy, &remote, &slow_reader}) expect_exits_zero(*p, scratch, "clients");
+  ASSERT_FALSE(HasFailure()) << read_file(scratch.file("heavy.out")) << read_file(scratch.file("remote.out"))
+                             << read_file(scratch.file("slow.out"));
+
+  const auto since_start = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  const double clients_done = since_start();
+  // What the traffic must have made, seen through Prometheus: each vantage,
+  // the model's stalls, the path's verdict on the slow reader, the abuse
+  // signal, the folded labels, the missing capability.
+  const std::string m = std::string("model=\"") + kModel + "\"";
+  EXPECT_GE(value_at_least(prom, "sum(infertap_streams_in_flight)", 2), 2) << "the two long streams";
+  EXPECT_GE(value_at_least(prom, "sum(infertap_streams_total{" + m + ",vantage=\"server\"})", 3 + 96 + 6 + 2), 107);
+  EXPECT_GE(value_at_least(prom, "sum(infertap_streams_total{" + m + ",vantage=\"client\"})", 3 + 96 + 2), 101);
+  EXPECT_GE(value_at_least(prom, "sum(gen_ai_client_operation_time_to_first_chunk_seconds_count{vantage=\"acked\"})", 6), 6)
+      << "the namespace's client, seen through its ACKs";
+  EXPECT_GE(value_at_least(prom, "sum(infertap_stalls_total{cause=\"model\",vantage=\"server\"})", 100), 100);
+  EXPECT_GE(value_at_least(prom, "sum(infertap_path_degraded_streams_total{cause=\"client_read\"})", 1), 1)
+      << "the slow reader fell behind";
+  EXPECT_GE(value_at_least(prom, "max_over_time(infertap_abuse_signals_active[2m])", 1), 1)
+      << "one client address held most of the decode time:\n" << read_file(scratch.file("daemon.log"));
+  EXPECT_GE(value_at_least(prom, "sum(infertap_label_overflow_total{label=\"model\"})", 3), 3);
+  EXPECT_EQ(value_at_least(prom, "infertap_capability_missing{capability=\"CAP_DAC_READ_SEARCH\"}", 1), 1);
+
+  const double traffic_seen = since_start();
+  // The variables: each label_values query lists what the traffic created.
+  const std::map<std::string, std::string> selected = {
+      {"node", instance}, {"model", kModel}, {"route", kRoute}, {"vantage", "server"}};
+  const std::map<std::string, std::string> every = {
+      {"node", ".*"}, {"model", ".*"}, {"route", ".*"}, {"vantage", ".*"}};  // "All" (allValue)
+  const auto queries = testing::dashboard_query_variables(dashboard);
+  for (const auto& [name, query] : queries) {
+    std::set<std::string> unknown;
+    const std::set<std::string> values = label_values(prom, testing::substitute_variables(query, selected, &unknown));
+    EXPECT_TRUE(unknown.empty()) << name << ": " << query;
+    ASSERT_TRUE(selected.count(name)) << "a variable the test does not set: " << name;
+    EXPECT_TRUE(values.count(selected.at(name))) << name << " = " << query << " lacks " << selected.at(name);
+  }
+  for (const auto& [name, query] : queries) {
+    std::set<std::string> unknown;
+    EXPECT_GE(label_values(prom, testing::substitute_variables(query, every, &unknown)).size(), 1u) << name;
+  }
+  if (queries.count("vantage")) {
+    std::set<std::string> unknown;
+    const auto vantages = label_values(prom, testing::substitute_variables(queries.at("vantage"), every, &unknown));
+    for (const char* v : {"server", "client", "acked"}) EXPECT_TRUE(vantages.count(v)) << v;
+  }
+
+  // Every target of every panel, with one value of each variable and with All.
+  const std::map<std::string, std::string> intervals = {
+      {"__rate_interval", "1m"}, {"__interval", "15s"}, {"__range", "1h"}, {"datasource", "prometheus"}};
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  int queried = 0;
+  for (const auto* vars : {&selected, &every}) {
+    std::map<std::string, std::string> all = *vars;
+    all.insert(intervals.begin(), intervals.end());
+    for (const testing::DashboardTarget& t : testing::dashboard_targets(dashboard)) {
+      std::set<std::string> unknown;
+      const std::string expr = testing::substitute_variables(t.expr, all, &unknown);
+      EXPECT_TRUE(unknown.empty()) << t.panel << " " << t.ref_id << " uses undefined variables: " << *unknown.begin();
+      const Answer a = ask_until_data(prom, expr, deadline);
+      ++queried;
+      EXPECT_TRUE(a.ok) << t.panel << " " << t.ref_id << " does not parse: " << a.error << "\n" << expr;
+      EXPECT_FALSE(a.samples.empty()) << t.panel << " " << t.ref_id << " returned nothing:\n" << expr;
+      EXPECT_TRUE(a.samples.empty() || a.finite) << t.panel << " " << t.ref_id << " returned no number:\n"
+                                                  << expr << "\n" << a.body;
+    }
+  }
+  std::printf("dashboard: clients done after %.1f s, their traffic in Prometheus after %.1f s, %d queries answered "
+              "with data after %.1f s\n",
+              clients_done, traffic_seen, queried, since_start());
+  if (HasFailure()) {
+    scratch.keep();
+    std::printf("artifacts kept in %s\n", scratch.path().c_str());
+  }
+  server->stop(5s);
+  const auto exit = daemon->stop(15s);
+  EXPECT_TRUE(exit && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0) << read_file(scratch.file("daemon.log"));
+}
+
+}  // namespace
+}  // namespace infertap
