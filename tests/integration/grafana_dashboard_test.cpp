@@ -18,8 +18,9 @@
 //     flight), load bands on (metrics.band_labels: true);
 //   - then more models than metrics.max_label_values keeps (label overflow);
 //   - the agent runs without CAP_DAC_READ_SEARCH (a capability missing).
-// Yesterday is history a fresh Prometheus cannot have: the day-over-day
-// panels' `offset 1d` reads series imported with `promtool tsdb
+// Prometheus evaluates the repository's rules (deploy/prometheus/) every
+// second. Yesterday and last week are history a fresh Prometheus cannot have:
+// the day-over-day panels read recorded series imported with `promtool tsdb
 // create-blocks-from openmetrics` into its data directory before it starts.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -75,42 +76,60 @@ degradation:
   abuse: {share: 0.5, release_share: 0.3, min_streams: 5, min_clients: 2, enter_windows: 2, exit_windows: 4}
 )";
 
-// One observation of `value` every `step_s` from `from_s` to `to_s` (unix
-// seconds) into the histogram `name` with `labels`, as OpenMetrics samples.
-std::string histogram_history(const std::string& name, const std::string& labels, const std::vector<double>& bounds,
-                              double value, long from_s, long to_s, long step_s) {
-  std::ostringstream out;
-  out << "# TYPE " << name << " histogram\n";
-  long n = 0;
-  for (long t = from_s; t <= to_s; t += step_s) {
-    ++n;
-    for (double le : bounds) {
-      out << name << "_bucket{" << labels << ",le=\"" << le << "\"} " << (value <= le ? n : 0) << " " << t << "\n";
-    }
-    out << name << "_bucket{" << labels << ",le=\"+Inf\"} " << n << " " << t << "\n";
-    out << name << "_count{" << labels << "} " << n << " " << t << "\n";
-    out << name << "_sum{" << labels << "} " << n * value << " " << t << "\n";
-  }
-  return out.str();
-}
+// History a fresh Prometheus cannot have, as the rules of kRulesFile would
+// have recorded it for the sample model's cohort at the server, in OpenMetrics
+// for `promtool tsdb create-blocks-from openmetrics`:
+//   - the hourly bucket rates of the last day (cohort:..._bucket:rate1h, every
+//     5 min), from which the rules make today's daily medians (p50_1d);
+//   - the daily medians a day and a week ago (p50_1d), which the day-over-day
+//     and week-over-week ratios divide by;
+//   - the hourly medians a day ago (p50_1h), the baselines of the alerts.
+// Yesterday's decode rate was 38 tokens/s and its TTFT 30 ms; the day's
+// hourly rates put today's medians near 35 tokens/s and 25 ms.
+class History {
+ public:
+  explicit History(long now_s) : now_s_(now_s) {}
 
-// Yesterday's samples of the day-over-day panels' histograms, from 70 min
-// before to 5 min after now - 1 d, as the agent at `instance` would have
-// exported them: a decode rate of 40 tokens/s and a TTFT of 25 ms.
-void write_history(const std::string& path, const std::string& instance) {
-  const long day_ago = static_cast<long>(std::time(nullptr)) - 86400;
-  const std::string common = "job=\"infertap\",instance=\"" + instance + "\",vantage=\"server\",route=\"" + kRoute +
-                             "\",process=\"sample-server\"";
+  void gauge(const std::string& name, const std::string& labels, double value, long from_s, long to_s, long step_s) {
+    out_ << "# TYPE " << name << " gauge\n";
+    for (long t = from_s; t <= to_s; t += step_s) out_ << name << "{" << labels << "} " << value << " " << t << "\n";
+  }
+  // Bucket rates of one observation of `value` per 100 s: 0.01/s in every bucket from `value` up.
+  void bucket_rates(const std::string& name, const std::string& labels, const std::vector<double>& bounds, double value) {
+    out_ << "# TYPE " << name << " gauge\n";
+    for (long t = now_s_ - 86400; t <= now_s_ - 60; t += 300) {
+      for (double le : bounds) {
+        out_ << name << "{" << labels << ",le=\"" << le << "\"} " << (value <= le ? 0.01 : 0) << " " << t << "\n";
+      }
+      out_ << name << "{" << labels << ",le=\"+Inf\"} 0.01 " << t << "\n";
+    }
+  }
+  // `value` every minute from 10 min before to 5 min after `ago_s` ago.
+  void around(const std::string& name, const std::string& labels, double value, long ago_s) {
+    gauge(name, labels, value, now_s_ - ago_s - 600, now_s_ - ago_s + 300, 60);
+  }
+  std::string text() const { return out_.str() + "# EOF\n"; }
+
+ private:
+  long now_s_;
+  std::ostringstream out_;
+};
+
+void write_history(const std::string& path) {
+  constexpr long kDay = 86400;
+  History h(static_cast<long>(std::time(nullptr)));
+  const std::string cohort = std::string("model=\"") + kModel + "\",route=\"" + kRoute + "\",vantage=\"server\"";
+  const std::string rate_cohort = cohort + ",concurrency_band=\"1\"";  // the infertap_* families carry bands
   const output::MetricsConfig buckets;
-  std::ofstream out(path);
-  out << histogram_history("infertap_tokens_per_second",
-                           common + ",model=\"" + kModel + "\",concurrency_band=\"1\",input_band=\"<512\"",
-                           buckets.rate_buckets, 40, day_ago - 4200, day_ago + 300, 15);
-  out << histogram_history("gen_ai_server_time_to_first_token_seconds",
-                           common + ",gen_ai_response_model=\"" + kModel + "\",gen_ai_request_model=\"" + kModel +
-                               "\",gen_ai_operation_name=\"chat\",gen_ai_provider_name=\"openai\"",
-                           buckets.latency_buckets, 0.025, day_ago - 4200, day_ago + 300, 15);
-  out << "# EOF\n";
+  h.bucket_rates("cohort:infertap_tokens_per_second_bucket:rate1h", rate_cohort, buckets.rate_buckets, 40);
+  h.bucket_rates("cohort:infertap_ttft_seconds_bucket:rate1h", cohort, buckets.latency_buckets, 0.03);
+  for (const long ago : {kDay, 7 * kDay}) {
+    h.around("cohort:infertap_tokens_per_second:p50_1d", rate_cohort, 38, ago);
+    h.around("cohort:infertap_ttft_seconds:p50_1d", cohort, 0.03, ago);
+  }
+  h.around("cohort:infertap_tokens_per_second:p50_1h", rate_cohort, 38, kDay);
+  h.around("cohort:infertap_ttft_seconds:p50_1h", cohort, 0.03, kDay);
+  std::ofstream(path) << h.text();
 }
 
 // A query's samples: "{labels} value" each; empty when it returned nothing.
@@ -234,10 +253,11 @@ TEST(GrafanaDashboard, EveryPanelReturnsDataForTheTrafficItShows) {
        .output = scratch.file("records.ndjson")});
   ASSERT_TRUE(daemon);
 
-  write_history(scratch.file("history.om"), instance);
-  testing::PrometheusOptions options{.rule_files = {}, .history = scratch.file("history.om")};
-  if (access(kRulesFile, R_OK) == 0) options.rule_files.push_back(kRulesFile);
-  PrometheusServer prom(metrics_port, options);
+  // The trend and alert panels read what the repository's rules record.
+  const std::string rules = testing::repo_path(kRulesFile);
+  ASSERT_FALSE(rules.empty()) << kRulesFile << " is missing: the dashboard's trend and alert panels read its series";
+  write_history(scratch.file("history.om"));
+  PrometheusServer prom(metrics_port, {.rule_files = {rules}, .history = scratch.file("history.om")});
   ASSERT_TRUE(prom.process);
   ASSERT_TRUE(prom.ready(20s)) << "Prometheus did not get ready:\n" << read_file(prom.log);
   // Its first scrape comes seconds after it is ready (targets are applied
