@@ -244,7 +244,7 @@ struct PrometheusServer {
 inline std::string promtool_problems(const std::string& text, const ScratchDir& scratch) {
   const std::string in = scratch.file("scrape.txt"), out = scratch.file("promtool.out");
   std::ofstream(in) << text;
-  auto promtool = Process::spawn({"/bin/sh", "-c", "exec promtool check metrics < " + in}, out);
+  auto promtool = Process::spawn({"/bin/sh", "-c", "exec " + promtool_binary() + " check metrics < " + in}, out);
   if (!promtool) return "cannot run promtool";
   const auto st = promtool->wait(std::chrono::seconds(30));
   if (st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) return "";
