@@ -29,172 +29,19 @@
 #include "daemon/http_server.h"
 #include "output/prometheus/metrics.h"
 #include "support/process.h"
+#include "support/prometheus_server.h"
 
 namespace infertap::output {
 namespace {
 
 using daemon::HttpServer;
+using testing::http_get;
+using testing::PrometheusServer;
+using testing::promtool_problems;
+using testing::start_sample_server;
+using testing::url_encode;
 
-// INFERTAP_PROMETHEUS overrides the binary.
-std::string prometheus_binary() {
-  const char* env = std::getenv("INFERTAP_PROMETHEUS");
-  return env && *env ? env : "/usr/bin/prometheus";
-}
 constexpr std::uint64_t kMs = 1'000'000;
-
-// Status and body of a GET on 127.0.0.1 (plain socket, Connection: close); status 0 when unreachable.
-std::pair<int, std::string> http_get(std::uint16_t port, const std::string& target) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return {0, ""};
-  timeval tv{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string raw;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    const std::string req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-      char buf[8192];
-      ssize_t n;
-      while ((n = read(fd, buf, sizeof buf)) > 0) raw.append(buf, static_cast<std::size_t>(n));
-    }
-  }
-  close(fd);
-  const auto head_end = raw.find("\r\n\r\n");
-  if (raw.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos) return {0, ""};
-  std::string body = raw.substr(head_end + 4);
-  // Prometheus answers small JSON with Content-Length, but be safe with chunked.
-  if (raw.substr(0, head_end).find("chunked") != std::string::npos) {
-    std::string plain;
-    std::size_t i = 0;
-    while (i < body.size()) {
-      const auto eol = body.find("\r\n", i);
-      if (eol == std::string::npos) break;
-      const std::size_t len = std::stoul(body.substr(i, eol - i), nullptr, 16);
-      if (len == 0) break;
-      plain += body.substr(eol + 2, len);
-      i = eol + 2 + len + 2;
-    }
-    body = plain;
-  }
-  return {std::stoi(raw.substr(9, 3)), body};
-}
-
-std::string url_encode(const std::string& s) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
-// A temporary directory, removed with its contents.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/infertap-prom-XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    if (p) path = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) std::filesystem::remove_all(path, ec);
-  }
-};
-
-// Prometheus scraping 127.0.0.1:`target_port` every second, its HTTP API on a free port.
-struct PrometheusServer {
-  TempDir dir;
-  std::uint16_t web_port = 0;
-  std::string log;
-  std::optional<testing::Process> process;
-
-  explicit PrometheusServer(std::uint16_t target_port) {
-    const std::string prometheus = prometheus_binary();
-    if (access(prometheus.c_str(), X_OK) != 0) {
-      ADD_FAILURE() << prometheus << " is missing: install the Debian package (apt-get install -y prometheus)";
-      return;
-    }
-    if (dir.path.empty()) {
-      ADD_FAILURE() << "mkdtemp failed";
-      return;
-    }
-    const std::string config = (dir.path / "prometheus.yml").string();
-    std::ofstream(config) << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
-                          << "scrape_configs:\n  - job_name: infertap\n    static_configs:\n"
-                          << "      - targets: ['127.0.0.1:" << target_port << "']\n";
-    web_port = testing::free_port();
-    log = (dir.path / "prometheus.log").string();
-    auto spawned = testing::Process::spawn({prometheus, "--config.file=" + config,
-                                            "--storage.tsdb.path=" + (dir.path / "data").string(),
-                                            "--web.listen-address=127.0.0.1:" + std::to_string(web_port)},
-                                           log);
-    if (spawned) {
-      process.emplace(std::move(*spawned));
-    } else {
-      ADD_FAILURE() << "cannot spawn " << prometheus;
-    }
-  }
-  ~PrometheusServer() {
-    if (process) process->stop(std::chrono::milliseconds(5000));
-  }
-
-  // The value of `query` (an expression with one result), polled until it is
-  // at least `at_least`, or 20 s; NaN when it never answered.
-  double value(const std::string& query, double at_least, std::string* last_body) {
-    const std::string target = "/api/v1/query?query=" + url_encode(query);
-    const std::regex value_re(R"re("value":\[[0-9.e+]+,"([^"]+)"\])re");
-    double got = NAN;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < deadline) {
-      const auto [status, body] = http_get(web_port, target);
-      *last_body = body;
-      std::smatch m;
-      if (status == 200 && std::regex_search(body, m, value_re)) {
-        got = std::stod(m[1]);
-        if (got >= at_least) return got;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    }
-    return got;
-  }
-
-  // le -> cumulative count of `query` (a _bucket selector), polled until
-  // Prometheus has scraped samples with at least `min_count` in +Inf, or 20 s.
-  std::map<double, double> buckets(const std::string& query, double min_count, std::string* last_body) {
-    const std::string target = "/api/v1/query?query=" + url_encode(query);
-    const std::regex sample_re(R"re("le":"([^"]+)"[^{}]*\},"value":\[[0-9.e+]+,"([^"]+)"\])re");
-    std::map<double, double> out;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (process->wait(std::chrono::milliseconds(0))) {
-        ADD_FAILURE() << "prometheus exited; its log:\n" << testing::read_file(log);
-        return {};
-      }
-      const auto [status, body] = http_get(web_port, target);
-      *last_body = body;
-      if (status == 200 && body.find("\"status\":\"success\"") != std::string::npos) {
-        out.clear();
-        for (auto it = std::sregex_iterator(body.begin(), body.end(), sample_re); it != std::sregex_iterator(); ++it) {
-          const std::string le = (*it)[1];
-          out[le == "+Inf" ? INFINITY : std::stod(le)] = std::stod((*it)[2]);
-        }
-        if (!out.empty() && out[INFINITY] >= min_count) return out;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    }
-    return out;
-  }
-};
 
 TEST(Prometheus, ScrapesHistogramBuckets) {
   MetricsRegistry reg;
@@ -234,44 +81,6 @@ TEST(Prometheus, ScrapesHistogramBuckets) {
   EXPECT_NE(up.find(R"(,"1"])"), std::string::npos) << "scrape failed: " << up;
 }
 
-// `promtool check metrics` on an exposition: "" when it passes, else its output.
-std::string promtool_problems(const std::string& text, const testing::ScratchDir& scratch) {
-  const std::string in = scratch.file("scrape.txt"), out = scratch.file("promtool.out");
-  std::ofstream(in) << text;
-  auto promtool = testing::Process::spawn({"/bin/sh", "-c", "exec promtool check metrics < " + in}, out);
-  if (!promtool) return "cannot run promtool";
-  const auto st = promtool->wait(std::chrono::seconds(30));
-  if (st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) return "";
-  return "promtool check metrics failed:\n" + testing::read_file(out);
-}
-
-// infertapd on `app_port` with its metrics on `metrics_port`; extra flags appended.
-std::optional<testing::Process> start_daemon(const testing::ScratchDir& scratch, std::uint16_t app_port,
-                                             std::uint16_t metrics_port, std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {testing::build_dir() + "/infertapd", "--port", std::to_string(app_port),
-                                   "--socket", "", "--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port),
-                                   "--ready-file", scratch.file("ready"), "-o", "/dev/null"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  auto daemon = testing::Process::spawn(argv, scratch.file("daemon.log"));
-  if (daemon && !testing::wait_for_file(scratch.file("ready"), std::chrono::seconds(20))) {
-    ADD_FAILURE() << "infertapd did not attach:\n" << testing::read_file(scratch.file("daemon.log"));
-    return std::nullopt;
-  }
-  return daemon;
-}
-
-// The sample server on `port`, once it listens.
-std::optional<testing::Process> start_sample_server(const testing::ScratchDir& scratch, std::uint16_t port,
-                                                    std::vector<std::string> extra) {
-  std::vector<std::string> argv = {testing::build_dir() + "/sample-server", "--port", std::to_string(port)};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  auto server = testing::Process::spawn(argv, scratch.file("server.out"));
-  if (server && !testing::wait_for_text(scratch.file("server.out"), "listening", std::chrono::seconds(5))) {
-    ADD_FAILURE() << "sample-server did not start: " << testing::read_file(scratch.file("server.out"));
-  }
-  return server;
-}
-
 // The real thing: infertapd times the sample server's streams to the sample
 // client (root, BPF) while Prometheus scrapes it; PromQL returns the
 // OpenTelemetry-named histograms of the sample model, one observation per
@@ -281,7 +90,7 @@ TEST(Prometheus, ScrapesTheDaemonTimingRealTraffic) {
   testing::ScratchDir scratch("infertap-prom-live");
   ASSERT_TRUE(scratch.ok());
   const std::uint16_t app_port = testing::free_port(), metrics_port = testing::free_port();
-  auto daemon = start_daemon(scratch, app_port, metrics_port);
+  auto daemon = testing::start_metrics_daemon(scratch, app_port, metrics_port);
   ASSERT_TRUE(daemon);
   PrometheusServer prom(metrics_port);
   ASSERT_TRUE(prom.process);
@@ -458,7 +267,7 @@ TEST(Prometheus, ConcurrentScrapesOfTheAdversarialMixStayBounded) {
   testing::ScratchDir scratch("infertap-prom-storm");
   ASSERT_TRUE(scratch.ok());
   const std::uint16_t app_port = testing::free_port(), metrics_port = testing::free_port();
-  auto daemon = start_daemon(scratch, app_port, metrics_port);
+  auto daemon = testing::start_metrics_daemon(scratch, app_port, metrics_port);
   ASSERT_TRUE(daemon);
   auto server = start_sample_server(scratch, app_port, {"--ttft-ms", "2", "--itl-ms", "1"});
   ASSERT_TRUE(server);

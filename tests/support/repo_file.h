@@ -11,6 +11,17 @@
 
 namespace infertap::testing {
 
+// The absolute path of a repository file, found as repo_file finds it; "" when
+// there is none (for a file handed to another program).
+inline std::string repo_path(const std::string& rel) {
+  namespace fs = std::filesystem;
+  for (const fs::path& p : {fs::path(rel), fs::path(__FILE__).parent_path() / "../.." / rel}) {
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) return fs::absolute(p).lexically_normal().string();
+  }
+  return {};
+}
+
 inline std::string repo_file(const std::string& rel) {
   namespace fs = std::filesystem;
   for (const fs::path& p : {fs::path(rel), fs::path(__FILE__).parent_path() / "../.." / rel}) {
