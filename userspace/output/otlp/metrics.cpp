@@ -48,8 +48,6 @@ const MetricSpec kSpecs[kMetricIds] = {
      "Streams the path, not the server, degraded: one per cause found on the stream.", nullptr},
 };
 
-constexpr std::size_t kHistogramIds = 11;  // server_ttft .. token_usage
-static_assert(static_cast<std::size_t>(MetricId::token_usage) + 1 == kHistogramIds);
 static_assert(static_cast<std::size_t>(MetricId::longest_pause) + 1 == static_cast<std::size_t>(MetricId::token_usage));
 static_assert(kHistogramFamilies == static_cast<std::size_t>(MetricId::token_usage));
 

@@ -46,6 +46,7 @@ enum class MetricId : std::uint8_t {
   tokens, streams, stalls, path_degraded,      // CounterFamily order
 };
 inline constexpr std::size_t kMetricIds = 15;
+inline constexpr std::size_t kHistogramIds = static_cast<std::size_t>(MetricId::token_usage) + 1;  // server_ttft .. token_usage
 const MetricSpec& spec_of(MetricId id);
 
 class MetricAggregator {
@@ -72,8 +73,8 @@ class MetricAggregator {
   mutable std::mutex mu_;
   LabelCaps caps_;
   std::map<std::string, std::uint64_t> overflow_;  // label name -> values folded to "other"
-  std::array<Family<Histogram>, 10> histograms_;   // MetricId server_ttft .. token_usage
-  std::array<Family<std::uint64_t>, 4> sums_;      // MetricId tokens .. path_degraded
+  std::array<Family<Histogram>, kHistogramIds> histograms_;  // MetricId server_ttft .. token_usage
+  std::array<Family<std::uint64_t>, kCounterFamilies> sums_;  // MetricId tokens .. path_degraded
 };
 
 }  // namespace infertap::output::otlp
