@@ -52,7 +52,7 @@ SCHEMA_FILES = {  # (apiVersion, kind) -> schema file
 AGENT_KINDS = ["ConfigMap", "DaemonSet", "Namespace", "ServiceAccount"]
 BUILDS = {  # kustomization directory -> the kinds its build holds, sorted
     "deploy": AGENT_KINDS,
-    "deploy/prometheus-operator": ["PodMonitor"],
+    "deploy/prometheus-operator": ["PodMonitor", "PrometheusRule"],
 }
 
 
