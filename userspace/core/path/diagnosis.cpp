@@ -214,6 +214,11 @@ Verdict read_hop_cause(const WorstHop& w) {
   if (w.b->at->gateway)
     return {StallCause::gateway_buffering, "gateway read the event " + evidence_ms(worst) + " later than the upstream sent it"};
   const TimelineEvent& e = event_of(*w.b);
+  // Read soon after they arrived: the gap grew before the bytes reached the
+  // client's socket (an arrival this event's neighbour had no hop for).
+  if (e.arrived_ns && !mostly(unread_ns(e), worst))
+    return {StallCause::network, "the bytes reached the client's socket late and were read " + evidence_ms(unread_ns(e)) +
+                                     " after they arrived"};
   return {StallCause::client_read, e.arrived_ns ? "bytes waited " + evidence_ms(unread_ns(e)) +
                                                       " in the client's socket before the read"
                                                 : "the client read " + evidence_ms(worst) + " after the send"};
