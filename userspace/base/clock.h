@@ -17,4 +17,7 @@ inline TimestampNs monotonic_ns() {
   return static_cast<TimestampNs>(ts.tv_sec) * 1'000'000'000ull + static_cast<TimestampNs>(ts.tv_nsec);
 }
 
+// A duration in seconds, as exporters write it (Prometheus, OTLP).
+inline double seconds(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+
 }  // namespace infertap::base

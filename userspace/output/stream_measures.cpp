@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "base/clock.h"
 #include "core/labels.h"
 
 namespace infertap::output {
@@ -16,7 +17,7 @@ using core::StreamMetrics;
 using core::StreamRecord;
 using core::TimestampNs;
 
-double seconds(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+using base::seconds;
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;

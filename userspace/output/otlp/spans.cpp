@@ -5,6 +5,7 @@
 #include <random>
 #include <string>
 
+#include "base/clock.h"
 #include "core/labels.h"
 #include "output/stream_measures.h"
 
@@ -13,7 +14,7 @@ namespace {
 
 using core::StreamRecord;
 
-double seconds(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+using base::seconds;
 
 // splitmix64's finaliser: spreads FNV's weak low bits over the whole word.
 std::uint64_t mix(std::uint64_t z) {
@@ -46,7 +47,7 @@ class Writer {
     if (ns) a_.add_double(std::move(key), seconds(*ns));
   }
   void signed_secs(std::string key, const std::optional<std::int64_t>& ns) {
-    if (ns) a_.add_double(std::move(key), static_cast<double>(*ns) / 1e9);
+    if (ns) a_.add_double(std::move(key), seconds(*ns));
   }
   void cause(std::string key, core::StallCause c) {
     if (c != core::StallCause::none) a_.add(std::move(key), std::string(core::to_string(c)));

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/clock.h"
+
 
 namespace infertap::output::metrics_detail {
 namespace {
@@ -80,7 +82,7 @@ class Deltas : public MeasureSink {
   }
   // Each view is counted against every objective in scope.
   void view(std::string_view vantage, const core::StreamMetrics& m) override {
-    const std::optional<double> ttft = m.ttft_ns ? std::optional<double>(static_cast<double>(*m.ttft_ns) / 1e9) : std::nullopt;
+    const std::optional<double> ttft = m.ttft_ns ? std::optional<double>(base::seconds(*m.ttft_ns)) : std::nullopt;
     for (std::size_t i : matched_) {
       const ObjectiveOutcome o = outcome_of(config_.objectives[i], errored_, ttft, m.tokens_per_s);
       if (o != ObjectiveOutcome::not_counted) out_.objectives.push_back({i, vantage, o == ObjectiveOutcome::met});
