@@ -2,6 +2,15 @@
 
 namespace infertap::protocol {
 
+std::string_view to_string(Protocol p) {
+  switch (p) {
+    case Protocol::http1: return "http1";
+    case Protocol::http2: return "http2";
+    case Protocol::websocket: return "websocket";
+  }
+  return "http1";
+}
+
 std::string_view to_string(HttpVersion v) {
   switch (v) {
     case HttpVersion::http1_0: return "1.0";

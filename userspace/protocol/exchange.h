@@ -28,6 +28,11 @@ namespace infertap::protocol {
 enum class HttpVersion : std::uint8_t { http1_0, http1_1, http2 };
 std::string_view to_string(HttpVersion v);
 
+// Every protocol a session can speak (protocol/registry.cpp lists them).
+enum class Protocol : std::uint8_t { http1, http2, websocket };
+inline constexpr std::size_t kProtocols = 3;
+std::string_view to_string(Protocol p);
+
 // Which end of the exchange the traced process is on this connection.
 enum class Role : std::uint8_t { unknown, server, client };
 std::string_view to_string(Role r);
@@ -58,6 +63,7 @@ struct ResponseInfo {
   std::string server_version;  // `Server` / `x-*-version` header values (ResponseHead::server_version)
   const RequestInfo* request = nullptr;  // the request it answers; null when unknown
   HttpVersion http_version = HttpVersion::http1_1;
+  Protocol protocol = Protocol::http1;  // the session that framed it (websocket: after an HTTP/1.1 upgrade)
   std::uint32_t h2_stream_id = 0;  // HTTP/2: the stream it is (0: HTTP/1)
   // HTTP/2: its header block could not be read (joined mid-connection, HPACK
   // state unknown, a hole in the block): status, type and path are unknown.
@@ -78,6 +84,22 @@ struct Http2StreamStats {
   std::vector<std::pair<TimestampNs, TimestampNs>> window_zero;  // [start, end), the first kMaxEpisodes
 };
 std::string_view to_string(Http2StreamStats::Scope s);
+
+// Message-framed sessions (websocket): what the frames of one response said,
+// told once before its end.
+struct MessageStats {
+  std::uint32_t frames = 0;           // data frames of the response's messages
+  std::uint32_t control_frames = 0;   // ping/pong/close in the responses' direction while it ran
+  std::uint32_t other_messages = 0;   // server messages while it ran that were not its own (session traffic)
+  std::uint32_t client_messages = 0;  // client messages while it ran (audio appends, ...)
+  std::uint64_t inflated_bytes = 0;   // its messages' bytes after permessage-deflate
+  bool compressed = false;            // permessage-deflate was negotiated
+  std::optional<std::uint16_t> close_code;  // a close frame ended the session while it ran
+  // Audio deltas: decoded bytes, and the format the session declared (0: not told).
+  std::uint64_t audio_bytes = 0;
+  std::uint32_t audio_sample_rate = 0;
+  std::uint8_t audio_bytes_per_sample = 0;
+};
 
 // One event of a streamed response body (an SSE event, an NDJSON line), valid
 // during the call.
@@ -122,6 +144,8 @@ class ExchangeSink {
   virtual void on_body_undecodable(Undecodable why) = 0;
   // HTTP/2: the stream's frame and flow-control counts, just before its end.
   virtual void on_h2_stream(const Http2StreamStats& /*stats*/) {}
+  // Message-framed sessions: the response's frame and message counts, just before its end.
+  virtual void on_message_stats(const MessageStats& /*stats*/) {}
   virtual void on_response_end(TimestampNs ts, ResponseEnd how) = 0;
   // A framing error; `in_stream` when it hit the body of the streamed
   // response in progress.

@@ -12,6 +12,7 @@ enum class EventFraming : std::uint8_t {
   sse,     // text/event-stream: WHATWG events, ended by an empty line (protocol/sse/)
   ndjson,  // newline-delimited JSON: one event per line (protocol/ndjson/)
   grpc,    // gRPC length-prefixed messages: one event per message (protocol/body/grpc.h)
+  websocket,  // WebSocket messages: one event per message (protocol/websocket/)
 };
 
 }  // namespace infertap::protocol
