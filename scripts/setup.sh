@@ -102,6 +102,18 @@ if [ "$otlp_have" != "$otlp_want" ]; then
     { echo "setup.sh: npm ci in $otlp_dir failed" >&2; exit 1; }
 fi
 
+# The realtime (WebSocket) peers (tests/support/realtime: server.mjs on ws,
+# client.mjs on the official openai SDK's OpenAIRealtimeWS), pinned by the
+# package-lock.json beside them and installed there (npm ci).
+rt_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/support/realtime"
+rt_want=$(node -p "const d = require('$rt_dir/package.json').dependencies; 'openai@' + d.openai + ' ws@' + d.ws")
+rt_have=$(node -p "'openai@' + require('$rt_dir/node_modules/openai/package.json').version + ' ws@' + require('$rt_dir/node_modules/ws/package.json').version" 2>/dev/null || true)
+if [ "$rt_have" != "$rt_want" ]; then
+  echo "setup.sh: npm ci in $rt_dir ($rt_want)"
+  npm ci --prefix "$rt_dir" --no-audit --no-fund >/dev/null ||
+    { echo "setup.sh: npm ci in $rt_dir failed" >&2; exit 1; }
+fi
+
 # A system nginx/haproxy bound to :80 would only get in the way: stop and
 # disable the packaged services (no-ops where they never ran).
 for svc in nginx haproxy; do
