@@ -44,7 +44,8 @@
 // --log FILE: one JSON line per message received,
 //   {"seq":5,"type":"response.output_text.delta","response_id":"resp_0_0","t_ns":...}
 // (t_ns: process.hrtime.bigint(), CLOCK_MONOTONIC, in the SDK's `event`
-// callback), one per message sent {"sent":"response.create","t_ns":...}, and
+// callback; response.done lines also carry "usage": response.usage as received),
+// one per message sent {"sent":"response.create","t_ns":...}, and
 // the pause {"marker":"pause"|"resume","t_ns":...}.
 // Stdout at exit: one JSON summary line {"ok":true,"responses":R,"counts":{type:n},
 // "extensions":"permessage-deflate; ...","url":"wss://...","close_code":1000,...}.
@@ -171,7 +172,8 @@ rt.socket.on("open", () => {
 rt.on("event", (ev) => {
   const t = now();
   const rid = ev.response?.id ?? ev.response_id ?? null;
-  log(`{"seq":${seq++},"type":${JSON.stringify(String(ev.type))},"response_id":${rid ? JSON.stringify(rid) : "null"},"t_ns":${t}}`);
+  const usage = ev.type === "response.done" && ev.response?.usage ? `,"usage":${JSON.stringify(ev.response.usage)}` : "";
+  log(`{"seq":${seq++},"type":${JSON.stringify(String(ev.type))},"response_id":${rid ? JSON.stringify(rid) : "null"},"t_ns":${t}${usage}}`);
   counts[ev.type] = (counts[ev.type] || 0) + 1;
   if (deltaTypes.has(ev.type) && done === 0 && ++outputDeltas === opt.stopReadingAfter && !paused) {
     paused = true;
