@@ -378,7 +378,10 @@ inline std::vector<std::string> realtime_client_argv(const std::string& dir, con
 struct RealtimeClientRun {
   int rc = -1;                 // exit status (0: every response.done and a clean close), -1: did not finish
   std::string output;          // its stdout (the summary line) and stderr
-  nlohmann::json summary;      // the summary: {"ok","sdk","mode","url","responses","counts","extensions","close_code"}
+  nlohmann::json summary;      // the summary: {"ok","sdk","mode","url","local_port","responses","counts","extensions","close_code"}
+  std::uint16_t local_port() const {
+    return summary.is_object() && summary["local_port"].is_number() ? summary["local_port"].get<std::uint16_t>() : 0;
+  }
   std::string log_path;
   RealtimeClientLog log;
 };

@@ -48,7 +48,9 @@
 // one per message sent {"sent":"response.create","t_ns":...}, and
 // the pause {"marker":"pause"|"resume","t_ns":...}.
 // Stdout at exit: one JSON summary line {"ok":true,"responses":R,"counts":{type:n},
-// "extensions":"permessage-deflate; ...","url":"wss://...","close_code":1000,...}.
+// "extensions":"permessage-deflate; ...","url":"wss://...","local_port":41234,"close_code":1000,...}
+// (extensions: the server's accepted Sec-WebSocket-Extensions, "" for none;
+// local_port: the client side's TCP port).
 import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
@@ -129,7 +131,8 @@ const log = (line) => { if (logFd >= 0) fs.writeSync(logFd, line + "\n"); };
 const now = () => process.hrtime.bigint();
 
 const counts = {};
-let seq = 0, done = 0, outputDeltas = 0, paused = false, finished = false, closeCode = null;
+let seq = 0, done = 0, outputDeltas = 0, paused = false, finished = false, closeCode = null, localPort = null;
+let extensions = "";  // the server's Sec-WebSocket-Extensions answer (ws's .extensions has the names only)
 const deltaTypes = opt.beta ? new Set(["response.text.delta", "response.audio.delta"])
                             : new Set(["response.output_text.delta", "response.output_audio.delta"]);
 
@@ -140,7 +143,7 @@ function finish(ok, why) {
   if (finished) return;
   finished = true;
   const summary = { ok, sdk: `openai@${sdkVersion}`, mode: opt.beta ? "beta" : "ga", url: String(rt.url),
-    responses: done, counts, extensions: rt.socket.extensions || "", close_code: closeCode };
+    local_port: localPort, responses: done, counts, extensions, close_code: closeCode };
   if (why) summary.error = why;
   process.stdout.write(JSON.stringify(summary) + "\n");
   if (logFd >= 0) fs.closeSync(logFd);
@@ -159,7 +162,9 @@ function askResponse(i) {
   send({ type: "response.create" });
 }
 
+rt.socket.on("upgrade", (res) => { extensions = res.headers["sec-websocket-extensions"] ?? ""; });
 rt.socket.on("open", () => {
+  localPort = rt.socket._socket?.localPort ?? null;  // the TCP connection's client port (ws keeps the net.Socket there)
   send({ type: "session.update", session: opt.beta ? { instructions: "Be brief." }
                                                   : { type: "realtime", instructions: "Be brief." } });
   if (opt.append > 0) {
