@@ -18,6 +18,17 @@ listed for it, nothing else:
 above it may include it. Unit tests beside their code (*_test.cpp) follow
 their layer's rule and may also include tests/support/ ("support/...").
 
+Inside protocol/ and core/, the sub-folders are layers too, lowest first (a
+file may include its own folder's headers and those of lower ranks; folders
+of one rank are independent of each other):
+
+  protocol/  encoding/ < stream.h framing.h exchange.h session.h (the
+             boundary every unit speaks) < sse/ ndjson/ payload/ < body/ <
+             http1/ http2/ websocket/ (the sessions) < registry (the list)
+  core/      types, counters, labels, load, metrics, role_census (what every
+             stage shares) < stream/ < conn/ < path/ < pipeline, live_index
+             and the pipeline's tests
+
 Usage: scripts/check_layers.py [repository root]; exit 1 and one line per
 upward include when there is one.
 """
@@ -58,6 +69,51 @@ def layer_of_include(target):
     return target.split("/", 1)[0] if "/" in target else None
 
 
+# Ranks of the sub-folders (or top-level files, by stem) of a layer.
+SUBLAYERS = {
+    "protocol": {"encoding": 0, "boundary": 1, "sse": 2, "ndjson": 2, "payload": 2,
+                 "body": 3, "http1": 4, "http2": 4, "websocket": 4, "registry": 5},
+    "core": {"shared": 0, "stream": 1, "conn": 2, "path": 3, "pipeline": 4},
+}
+# Top-level files that make one unit with others (they may include each other).
+UNIT_OF_FILE = {
+    "protocol": {"stream": "boundary", "framing": "boundary", "exchange": "boundary", "session": "boundary"},
+    "core": {"types": "shared", "counters": "shared", "labels": "shared", "load": "shared", "metrics": "shared",
+             "role_census": "shared", "live_index": "pipeline", "http2_pipeline": "pipeline",
+             "tls_pipeline": "pipeline"},
+}
+
+
+def sublayer_of(path):
+    """(layer, unit) of a path below userspace/ when its layer has sub-layers;
+    the unit is the sub-folder, or a top-level file's stem (tests beside it
+    share its rank)."""
+    parts = path.split("/")
+    if parts[0] not in SUBLAYERS or len(parts) < 2:
+        return None, None
+    if len(parts) > 2:
+        return parts[0], parts[1]
+    stem = parts[1].rsplit(".", 1)[0].removesuffix("_test")
+    return parts[0], UNIT_OF_FILE[parts[0]].get(stem, stem)
+
+
+def sublayer_problem(rel, target):
+    """Why an include inside one layer points up or sideways (None: it does not)."""
+    layer, unit = sublayer_of(rel)
+    to_layer, to_unit = sublayer_of(target)
+    if layer is None or to_layer != layer or unit == to_unit:
+        return None
+    ranks = SUBLAYERS[layer]
+    if unit not in ranks or to_unit not in ranks:
+        missing = unit if unit not in ranks else to_unit
+        return f"{layer}/{missing} has no rank (add it to SUBLAYERS in scripts/check_layers.py)"
+    if ranks[to_unit] < ranks[unit]:
+        return None
+    if rel.endswith("_test.cpp") and len(rel.split("/")) == 2:
+        return None  # a layer's top-level tests may drive it whole (core/load_test.cpp runs the pipeline)
+    return f"{layer}/{unit} must not include \"{target}\" ({layer}/{to_unit} is not below it)"
+
+
 def problems(root):
     userspace = root / "userspace"
     for path in sorted(userspace.rglob("*")):
@@ -79,7 +135,11 @@ def problems(root):
                 yield f"userspace/{rel}:{number}: not in any layer (add it to scripts/check_layers.py)"
                 break
             to = layer_of_include(target)
-            if to == layer or to in BELOW[layer]:
+            if to == layer:
+                if (why := sublayer_problem(rel, target)):
+                    yield f"userspace/{rel}:{number}: {why}"
+                continue
+            if to in BELOW[layer]:
                 continue
             if to == "skel" and layer == "capture":
                 continue

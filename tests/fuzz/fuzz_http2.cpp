@@ -55,20 +55,20 @@ struct StreamCheck : ExchangeSink {
   void on_parse_error(ParseError, bool) override {}
 };
 
-struct Sinks : http2::StreamSinks {
-  std::map<std::uint32_t, StreamCheck> streams;
+struct Sinks : ExchangeSinks {
+  std::map<std::uint64_t, StreamCheck> streams;
   std::uint64_t fed_end = 0;  // of the responses' direction
-  ExchangeSink* stream(std::uint32_t id) override {
+  ExchangeSink* exchange(std::uint64_t id) override {
     StreamCheck& s = streams[id];
     if (s.ended) s = StreamCheck{};  // an id forgotten long after its close may be joined again
     s.fed_end = &fed_end;
     return &s;
   }
-  void stream_closed(std::uint32_t id) override {
+  void exchange_closed(std::uint64_t id) override {
     auto it = streams.find(id);
     if (it != streams.end() && it->second.open) std::abort();
   }
-  void on_problem(http2::Problem) override {}
+  void on_problem(Protocol, SessionProblem) override {}
 };
 
 }  // namespace
@@ -80,7 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (n_ops == 0) return 0;
   infertap::fuzzing::ConnectionFeed feed({data + 2, 3 * n_ops}, {data + 2 + 3 * n_ops, size - 2 - 3 * n_ops}, 4096);
   Sinks sinks;
-  http2::Session session(sinks, 512);
+  http2::Session session(sinks, SessionSettings{.request_body_head = 512});
   if (preface) {
     const std::string_view p = http2::kClientPreface;
     const std::span<const std::uint8_t> head(reinterpret_cast<const std::uint8_t*>(p.data()), p.size());

@@ -36,12 +36,6 @@ constexpr int kStreams = 3;
 
 using testing::read_ndjson;
 
-std::set<std::string> causes_of(const json& stalls) {
-  std::set<std::string> out;
-  for (const auto& s : stalls) out.insert(s.at("cause").get<std::string>());
-  return out;
-}
-
 std::string describe(const json& r) {
   json brief = {{"stream_id", r["stream_id"]}, {"role", r["role"]},           {"comm", r["comm"]},
                 {"ttft_ms", r["ttft_ms"]},     {"stalls", r["stalls"]},       {"delivery", r["delivery"]},
@@ -148,14 +142,14 @@ TEST_F(PathTest, ServerPauseIsTheModelsAndNotThePaths) {
   const auto& clients = run.clients;
   for (const auto& r : servers) {
     ASSERT_EQ(r["stalls"].size(), 1u) << describe(r);
-    EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"model"}) << describe(r);
+    EXPECT_EQ(testing::stall_causes(r["stalls"]), std::set<std::string>{"model"}) << describe(r);
     EXPECT_EQ(r["stalls"][0]["after_event"], 9) << describe(r);
     ASSERT_TRUE(r["delivery"].is_object()) << describe(r);
-    EXPECT_EQ(causes_of(r["delivery"]["stalls"]), std::set<std::string>{"model"}) << describe(r);
+    EXPECT_EQ(testing::stall_causes(r["delivery"]["stalls"]), std::set<std::string>{"model"}) << describe(r);
     EXPECT_FALSE(r["delivery"]["degraded_by_path"].get<bool>()) << describe(r);
   }
   for (const auto& r : clients) {
-    EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"model"}) << describe(r);
+    EXPECT_EQ(testing::stall_causes(r["stalls"]), std::set<std::string>{"model"}) << describe(r);
   }
 }
 
@@ -216,7 +210,7 @@ TEST_P(GatewayPath, GatewayDelayIsMeasuredAndBufferingIsNamed) {
         << describe(r);
     EXPECT_EQ(r["delivery"]["vantage"], "read") << describe(r);
     EXPECT_TRUE(r["stalls"].empty()) << "the server emitted on time: " << describe(r);
-    const auto causes = causes_of(r["delivery"]["stalls"]);
+    const auto causes = testing::stall_causes(r["delivery"]["stalls"]);
     if (gc.buffers) {
       // Held events leave in bursts: gaps between them (stalls), or, when the
       // whole stream is held to its end, one burst and an inflated TTFT.
@@ -251,7 +245,7 @@ TEST_P(GatewayPath, GatewayDelayIsMeasuredAndBufferingIsNamed) {
                 r["gateway"]["delay_max_ms"].get<double>(), r["gateway"]["events_matched"].get<int>(),
                 r["gateway"]["max_events_per_send"].get<int>());
     EXPECT_GE(r["gateway"]["events_matched"].get<int>(), 10) << describe(r);
-    const auto causes = causes_of(r["stalls"]);
+    const auto causes = testing::stall_causes(r["stalls"]);
     if (gc.buffers) {
       EXPECT_TRUE(causes.empty() || causes == std::set<std::string>{"gateway_buffering"}) << describe(r);
     } else {
@@ -261,7 +255,7 @@ TEST_P(GatewayPath, GatewayDelayIsMeasuredAndBufferingIsNamed) {
   }
   EXPECT_EQ(downstream_legs, kStreams);
   for (const auto& r : clients) {
-    const auto causes = causes_of(r["stalls"]);
+    const auto causes = testing::stall_causes(r["stalls"]);
     if (gc.buffers) {
       EXPECT_TRUE(causes.empty() || causes == std::set<std::string>{"gateway_buffering"}) << describe(r);
     } else {
@@ -297,15 +291,15 @@ TEST_F(PathTest, SlowReaderIsBackpressureAtTheServerAndClientReadAtTheClient) {
                 r["delivery"]["stalls"].size(),
                 r["delivery"]["stalls"].empty() ? "" : r["delivery"]["stalls"][0]["evidence"].get<std::string>().c_str());
     EXPECT_FALSE(r["stalls"].empty()) << "the server's sends blocked: " << describe(r);
-    EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"backpressure"}) << describe(r);
+    EXPECT_EQ(testing::stall_causes(r["stalls"]), std::set<std::string>{"backpressure"}) << describe(r);
     EXPECT_GT(r["tcp"]["send_blocked_ms"].get<double>() + r["tcp"]["zero_window_ms"].get<double>(), 100.0)
         << describe(r);
     ASSERT_TRUE(r["delivery"].is_object()) << describe(r);
-    EXPECT_EQ(causes_of(r["delivery"]["stalls"]), std::set<std::string>{"client_read"}) << describe(r);
+    EXPECT_EQ(testing::stall_causes(r["delivery"]["stalls"]), std::set<std::string>{"client_read"}) << describe(r);
     EXPECT_TRUE(r["delivery"]["degraded_by_path"].get<bool>()) << describe(r);
   }
   for (const auto& r : clients) {
-    EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"client_read"}) << describe(r);
+    EXPECT_EQ(testing::stall_causes(r["stalls"]), std::set<std::string>{"client_read"}) << describe(r);
   }
 }
 
@@ -340,7 +334,7 @@ TEST_F(PathTest, BandwidthBoundStreamIsNotBlamedOnTheModel) {
     EXPECT_GE(acked, events * 9 / 10) << "ACK times of the peer across the veth: " << describe(r);
     EXPECT_TRUE(r["stalls"].empty()) << "the server emitted on time: " << describe(r);
     ASSERT_TRUE(r["delivery"].is_object()) << describe(r);
-    auto causes = causes_of(r["delivery"]["stalls"]);
+    auto causes = testing::stall_causes(r["delivery"]["stalls"]);
     EXPECT_FALSE(causes.empty()) << "a 64 kbit/s path stalls the client: " << describe(r);
     EXPECT_EQ(causes.count("model"), 0u) << describe(r);
     EXPECT_EQ(causes.count("network"), 1u) << "the path is named: " << describe(r);
@@ -353,7 +347,7 @@ TEST_F(PathTest, BandwidthBoundStreamIsNotBlamedOnTheModel) {
     EXPECT_TRUE(r["delivery"]["degraded_by_path"].get<bool>()) << describe(r);
   }
   for (const auto& r : by_comm(records, "sample-client", "client")) {
-    EXPECT_EQ(causes_of(r["stalls"]).count("model"), 0u) << describe(r);
+    EXPECT_EQ(testing::stall_causes(r["stalls"]).count("model"), 0u) << describe(r);
   }
 }
 

@@ -55,12 +55,6 @@ using testing::has_hit_a_uprobe;
 
 constexpr const char* kOpenaiScript = "tests/support/openai_stream.mjs";
 
-std::set<std::string> causes_of(const json& stalls) {
-  std::set<std::string> out;
-  for (const auto& s : stalls) out.insert(s.at("cause").get<std::string>());
-  return out;
-}
-
 std::string describe(const json& r) {
   json brief = json::object();
   for (const char* k : {"stream_id", "role", "comm", "local", "remote", "tls", "tls_library", "tls_handshake_ms", "end",
@@ -180,7 +174,7 @@ TEST_P(TlsGateway, TlsLegIsRecordedAndJoinedToThePlaintextUpstream) {
         << "the path goes through the TLS gateway: " << describe(r);
     EXPECT_FALSE(r["peer_stream_id"].is_null()) << "joined to the TLS client's stream: " << describe(r);
     EXPECT_TRUE(r["stalls"].empty()) << "the server emitted on time: " << describe(r);
-    const auto causes = causes_of(r["delivery"]["stalls"]);
+    const auto causes = testing::stall_causes(r["delivery"]["stalls"]);
     std::printf("  %s: server TTFT %.1f ms, delivered TTFT %.1f ms (vantage %s)\n", gc.name.c_str(),
                 r.value("ttft_ms", -1.0), r["delivery"].value("ttft_ms", -1.0),
                 r["delivery"].value("vantage", std::string("?")).c_str());
@@ -409,15 +403,15 @@ TEST_F(TlsTest, ServerPauseBehindTlsIsTheModels) {
   for (const auto& r : servers) {
     EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
     ASSERT_EQ(r["stalls"].size(), 1u) << describe(r);
-    EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"model"}) << describe(r);
+    EXPECT_EQ(testing::stall_causes(r["stalls"]), std::set<std::string>{"model"}) << describe(r);
     EXPECT_GE(r["stalls"][0]["gap_ms"].get<double>(), 250.0) << describe(r);
     ASSERT_TRUE(r["delivery"].is_object()) << describe(r);
-    EXPECT_EQ(causes_of(r["delivery"]["stalls"]), std::set<std::string>{"model"}) << describe(r);
+    EXPECT_EQ(testing::stall_causes(r["delivery"]["stalls"]), std::set<std::string>{"model"}) << describe(r);
     EXPECT_FALSE(r["delivery"]["degraded_by_path"].get<bool>()) << describe(r);
   }
   for (const auto& r : clients) {
     EXPECT_TRUE(r["tls"].get<bool>()) << describe(r);
-    EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"model"}) << describe(r);
+    EXPECT_EQ(testing::stall_causes(r["stalls"]), std::set<std::string>{"model"}) << describe(r);
   }
 }
 

@@ -47,12 +47,6 @@ using namespace std::chrono_literals;
 
 constexpr int kStreams = 3;
 
-std::set<std::string> causes_of(const json& stalls) {
-  std::set<std::string> out;
-  for (const auto& s : stalls) out.insert(s.at("cause").get<std::string>());
-  return out;
-}
-
 std::string describe(const json& r) {
   json brief = {{"stream_id", r["stream_id"]}, {"role", r["role"]},         {"comm", r["comm"]},
                 {"local", r["local"]},         {"remote", r["remote"]},     {"transport", r["transport"]},
@@ -237,7 +231,7 @@ TEST_P(UnixGateway, ServerIsTimedAndTheGatewaysUnixLegIsJoined) {
     EXPECT_EQ(r["delivery"]["vantage"], "read") << describe(r);
     EXPECT_NE(r["delivery"]["path"].get<std::string>().find("gateway(" + gw_comm + ")"), std::string::npos)
         << describe(r);
-    const auto causes = causes_of(r["delivery"]["stalls"]);
+    const auto causes = testing::stall_causes(r["delivery"]["stalls"]);
     if (gc.buffers) {
       EXPECT_TRUE(causes == std::set<std::string>{"gateway_buffering"} ||
                   (causes.empty() && r["delivery"]["max_burst"].get<int>() >= 50))
@@ -275,7 +269,7 @@ TEST_P(UnixGateway, ServerIsTimedAndTheGatewaysUnixLegIsJoined) {
     EXPECT_EQ(r["gateway"]["leg"], "downstream") << describe(r);
     EXPECT_EQ(r["gateway"]["upstream"], "unix:" + sock_path()) << describe(r);
     EXPECT_GE(r["gateway"]["events_matched"].get<int>(), 50) << describe(r);
-    const auto causes = causes_of(r["stalls"]);
+    const auto causes = testing::stall_causes(r["stalls"]);
     std::printf("  %s: gateway delay p50 %.2f ms p99 %.2f ms, %d events matched, %d events in one send at most\n",
                 gc.name.c_str(), r["gateway"]["delay_p50_ms"].get<double>(), r["gateway"]["delay_p99_ms"].get<double>(),
                 r["gateway"]["events_matched"].get<int>(), r["gateway"]["max_events_per_send"].get<int>());
@@ -289,7 +283,7 @@ TEST_P(UnixGateway, ServerIsTimedAndTheGatewaysUnixLegIsJoined) {
   std::size_t buffering_found = 0;
   for (const auto& r : clients) {
     EXPECT_EQ(r["transport"], "tcp");
-    auto causes = causes_of(r["stalls"]);
+    auto causes = testing::stall_causes(r["stalls"]);
     buffering_found += causes.count("gateway_buffering");
     if (gc.buffers) {
       // A held burst read at once can pass the capture window (head + tail):
@@ -432,11 +426,11 @@ TEST_P(UnixBackpressure, AFullSendBufferIsBackpressureWithItsEvidence) {
       EXPECT_NE(evidence.find("EAGAIN"), std::string::npos) << evidence;
     }
     ASSERT_TRUE(r["delivery"].is_object()) << describe(r);
-    EXPECT_EQ(causes_of(r["delivery"]["stalls"]), std::set<std::string>{"client_read"}) << describe(r);
+    EXPECT_EQ(testing::stall_causes(r["delivery"]["stalls"]), std::set<std::string>{"client_read"}) << describe(r);
   }
   for (const auto& r : clients) {
     expect_unix_record(r);
-    EXPECT_EQ(causes_of(r["stalls"]), std::set<std::string>{"client_read"}) << describe(r);
+    EXPECT_EQ(testing::stall_causes(r["stalls"]), std::set<std::string>{"client_read"}) << describe(r);
   }
 }
 

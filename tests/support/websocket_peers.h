@@ -134,6 +134,13 @@ struct RealtimeServerLog {
     for (const auto& m : of_type("response.created", conn)) out.push_back(m.response_id);
     return out;
   }
+  // Every message of one response (response.created to response.done), in order.
+  std::vector<Message> of_response(const std::string& response_id) const {
+    std::vector<Message> out;
+    for (const auto& m : messages)
+      if (m.response_id == response_id) out.push_back(m);
+    return out;
+  }
   // The output deltas of one response (one per token), in order.
   std::vector<Message> output_deltas(const std::string& response_id) const {
     std::vector<Message> out;

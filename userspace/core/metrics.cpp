@@ -123,8 +123,12 @@ void compute_metrics(StreamRecord& record, std::optional<std::uint64_t> usage_co
     m.itl_max_ns = std::max(m.itl_max_ns.value_or(0), tail.max_gap_ns);
     m.longest_pause_ns = m.itl_max_ns;
   }
+  // Content that was all audio (a realtime voice response without its
+  // transcript): each delta is a piece of audio, counted as a token event.
+  const bool all_audio = record.audio_events > 0 && record.audio_events == m.content_events;
   m.token_source = usage_completion_tokens                               ? TokenSource::usage
                    : record.event_framing == protocol::EventFraming::grpc ? TokenSource::messages
+                   : all_audio                                            ? TokenSource::audio
                                                                            : TokenSource::events;
   m.counts_lower_bound = record.bytes_lost + record.bytes_not_captured > 0;
   if (m.counts_lower_bound && m.token_source != TokenSource::usage) m.tokens_per_s.reset();

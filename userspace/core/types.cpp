@@ -26,11 +26,30 @@ Vantage vantage_of(Role r) {
   return Vantage::unknown;
 }
 
+void ArrivalLog::add(std::uint32_t seq, TimestampNs ts) {
+  if (arrivals_.size() >= kMax) arrivals_.pop_front();
+  arrivals_.emplace_back(seq, ts);
+}
+
+TimestampNs ArrivalLog::arrival_for(std::uint32_t end_seq) {
+  while (!arrivals_.empty() && !seq_leq(end_seq, arrivals_.front().first)) arrivals_.pop_front();
+  return arrivals_.empty() ? 0 : arrivals_.front().second;
+}
+
+void mark_acked(std::vector<TimelineEvent>& timeline, std::size_t& cursor, std::uint32_t ack_seq, TimestampNs ts) {
+  for (; cursor < timeline.size(); ++cursor) {
+    TimelineEvent& e = timeline[cursor];
+    if (e.end_seq && !seq_leq(e.end_seq, ack_seq)) break;
+    if (e.end_seq && !e.acked_ns) e.acked_ns = ts;
+  }
+}
+
 std::string_view to_string(TokenSource s) {
   switch (s) {
     case TokenSource::events: return "events";
     case TokenSource::usage: return "usage";
     case TokenSource::messages: return "messages";
+    case TokenSource::audio: return "audio";
   }
   return "events";
 }

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "core/counters.h"
 #include "core/load.h"
 #include "protocol/exchange.h"
+#include "protocol/payload/declared.h"
 #include "protocol/payload/interpreter.h"
 
 namespace infertap::core {
@@ -110,6 +112,30 @@ struct TimelineEvent {
   TimestampNs arrived_ns = 0;  // receiver: the last byte was queued on this socket
 };
 
+// TCP sequence comparison modulo 2^32: a at or before b.
+inline bool seq_leq(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(b - a) >= 0; }
+
+// Marks the sent events an ACK of `ack_seq` covers, from `cursor` on, and
+// moves the cursor past them. An event without a sequence (a TLS write whose
+// ciphertext was not seen) is never acknowledged and does not hold back the
+// ones after it. One definition for the assembler (streams in flight) and the
+// path joiner (records waiting for their path).
+void mark_acked(std::vector<TimelineEvent>& timeline, std::size_t& cursor, std::uint32_t ack_seq, TimestampNs ts);
+
+// Arrivals at a receiving socket (rcv_nxt after each), oldest first, until a
+// read claims them.
+class ArrivalLog {
+ public:
+  void add(std::uint32_t seq, TimestampNs ts);
+  // When the byte before `end_seq` arrived (0: unknown). Arrivals that end
+  // before it are of no use to later reads either and are dropped.
+  TimestampNs arrival_for(std::uint32_t end_seq);
+
+ private:
+  static constexpr std::size_t kMax = 4096;  // a reader that stopped reading cannot grow this without end
+  std::deque<std::pair<std::uint32_t, TimestampNs>> arrivals_;
+};
+
 // An event's times at the other places of its path (0 = not seen): filled
 // when the record is finished and joined (StreamRecord::path_times). Kept out
 // of TimelineEvent, which every event of every stream pays for.
@@ -202,7 +228,7 @@ struct TcpContext {
 // Where a record's token count comes from: the stream's own usage report, or
 // the count of its content events.
 // messages: gRPC messages counted, one per message (their content is not read).
-enum class TokenSource : std::uint8_t { events, usage, messages };
+enum class TokenSource : std::uint8_t { events, usage, messages, audio };
 std::string_view to_string(TokenSource s);
 
 struct StreamMetrics {
@@ -307,6 +333,11 @@ struct StreamRecord {
   std::uint32_t h2_data_frames = 0;
   std::optional<int> grpc_status;
   protocol::Http2StreamStats h2_flow;  // window_zero_* fields (data_frames, grpc_status above)
+  // The session that framed it (websocket: after an HTTP/1.1 upgrade), and
+  // what a message-framed session's frames said (docs/schema.md#websocket).
+  protocol::Protocol protocol = protocol::Protocol::http1;
+  std::optional<protocol::MessageStats> messages;
+  std::uint32_t audio_events = 0;  // content events that carried audio, not text
   std::uint32_t truncated_events = 0;
   std::uint64_t bytes_not_captured = 0;  // capture holes inside the body
   std::uint64_t bytes_lost = 0;          // events the kernel could not deliver

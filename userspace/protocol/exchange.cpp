@@ -2,6 +2,31 @@
 
 namespace infertap::protocol {
 
+std::string_view to_string(BodyFraming f) {
+  switch (f) {
+    case BodyFraming::none: return "none";
+    case BodyFraming::content_length: return "content_length";
+    case BodyFraming::chunked: return "chunked";
+    case BodyFraming::until_close: return "until_close";
+  }
+  return "none";
+}
+
+std::string_view to_string(ParseError e) {
+  switch (e) {
+    case ParseError::bad_start_line: return "bad_start_line";
+    case ParseError::bad_header: return "bad_header";
+    case ParseError::header_too_large: return "header_too_large";
+    case ParseError::bad_chunk_size: return "bad_chunk_size";
+    case ParseError::bad_chunk_trailer: return "bad_chunk_trailer";
+    case ParseError::gap_in_head: return "gap_in_head";
+    case ParseError::gap_in_framing: return "gap_in_framing";
+    case ParseError::not_http: return "not_http";
+    case ParseError::truncated_message: return "truncated_message";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(Protocol p) {
   switch (p) {
     case Protocol::http1: return "http1";

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,11 +19,12 @@
 
 #include "protocol/encoding/decoder.h"
 #include "protocol/framing.h"
-#include "protocol/http1/parser.h"
-#include "protocol/payload/declared.h"
 #include "protocol/stream.h"
 
 namespace infertap::protocol {
+
+struct DeclaredFormat;  // protocol/payload/declared.h: the configuration's formats
+using DeclaredFormats = std::vector<std::shared_ptr<const DeclaredFormat>>;
 
 // Which HTTP carried an exchange ("1.0", "1.1", "2" in records).
 enum class HttpVersion : std::uint8_t { http1_0, http1_1, http2 };

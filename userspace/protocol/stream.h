@@ -36,6 +36,27 @@ struct Piece {
     return length > captured ? length - captured : 0;
   }
   std::uint64_t end() const { return position + length; }
+
+  // The part at and after stream position `at`: the whole piece when `at` is
+  // at or before it, nothing (length 0) when at or past its end.
+  Piece from(std::uint64_t at) const {
+    if (at <= position) return *this;
+    Piece rest = *this;
+    rest.head = {};
+    rest.tail = {};
+    if (at >= end()) {
+      rest.position = end();
+      rest.length = 0;
+      return rest;
+    }
+    const std::uint64_t skip = at - position;
+    rest.position = at;
+    rest.length = length - skip;
+    const std::uint64_t tail_start = length - tail.size();
+    if (skip <= head.size()) rest.head = head.subspan(skip);
+    rest.tail = skip <= tail_start ? tail : tail.subspan(skip - tail_start);
+    return rest;
+  }
 };
 
 }  // namespace infertap::protocol

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "protocol/registry.h"
+
 namespace infertap::core {
 namespace {
 
@@ -21,56 +23,39 @@ Flow flow_of(const capture::IoEvent& event) {
 
 std::uint64_t call_duration(const itap_event& h) { return h.ts_ns - std::min(h.ts_ns, h.enter_ns); }
 
+protocol::SessionSettings session_settings(const PipelineConfig& config) {
+  protocol::SessionSettings settings;
+  settings.request_body_head = config.request_body_head;
+  settings.formats = &config.formats;
+  return settings;
+}
+
 }  // namespace
 
 Connection::Connection(ConnIdentity identity, const PipelineConfig& config, PipelineCounters& counters,
                        const RoleCensus& census, LoadTracker* load)
     : identity_(std::move(identity)),
       counters_(counters),
-      assembler_(identity_, config, counters, census, load),
-      session_(assembler_, config.request_body_head, {}, &config.formats),
-      config_(config),
-      census_(census),
-      load_(load),
+      settings_(session_settings(config)),
+      exchanges_(identity_, config, counters, census, load),
       last_activity_(identity_.first_seen_ns) {}
 
-// HTTP/2 first (a preface, a server's SETTINGS, event DATA of a connection
-// joined mid-way), else HTTP/1.
+// The registration list decides from the first bytes (protocol/registry.h).
 bool Connection::decide(Flow flow, std::span<const std::uint8_t> head) {
-  if (protocol::http2::detect(head) != protocol::http2::Start::not_http2) {
-    h2_streams_ = std::make_unique<H2Streams>(identity_, config_, counters_, census_, load_);
-    h2_ = std::make_unique<protocol::http2::Session>(*h2_streams_, config_.request_body_head, protocol::DecoderLimits{},
-                                                     &config_.formats);
-    if (h2_->decide(flow, head)) {
-      ++counters_.h2_connections;
-      h2_streams_->set_role(h2_->role());
-      return true;
-    }
-    h2_.reset();
-    h2_streams_.reset();
-  }
-  if (!session_.decide(flow, head)) return false;
-  assembler_.set_role(session_.role());
+  session_ = protocol::recognise(flow, head, exchanges_, settings_);
+  if (!session_) return false;
+  exchanges_.set_session(session_->protocol(), session_->role());
   return true;
 }
 
-bool Connection::carries_responses(Flow flow) const {
-  return h2_ ? h2_->carries_responses(flow) : session_.carries_responses(flow);
-}
-
 void Connection::end_flow(Flow flow, TimestampNs ts) {
-  if (h2_) return h2_->end(flow, ts);
-  session_.end(flow, ts);
+  if (session_) session_->end(flow, ts);
 }
 
-void Connection::for_each_active(const std::function<void(StreamRecord&)>& visit) {
-  if (StreamRecord* r = assembler_.active_stream()) visit(*r);
-  if (h2_streams_) h2_streams_->for_each_active(visit);
-}
+void Connection::for_each_active(const std::function<void(StreamRecord&)>& visit) { exchanges_.for_each_active(visit); }
 
 void Connection::for_each_active_stream(const std::function<void(const StreamRecord&)>& visit) const {
-  if (const StreamRecord* r = assembler_.active_stream()) visit(*r);
-  if (h2_streams_) std::as_const(*h2_streams_).for_each_active(visit);
+  std::as_const(exchanges_).for_each_active(visit);
 }
 
 bool Connection::streaming() const {
@@ -79,16 +64,10 @@ bool Connection::streaming() const {
   return any;
 }
 
-void Connection::set_cut_reason(StreamEnd reason) {
-  assembler_.set_cut_reason(reason);
-  if (h2_streams_) h2_streams_->set_cut_reason(reason);
-}
+void Connection::set_cut_reason(StreamEnd reason) { exchanges_.set_cut_reason(reason); }
 
 std::vector<StreamRecord> Connection::take_finished() {
-  std::vector<StreamRecord> finished = assembler_.take_finished();
-  if (h2_streams_) {
-    for (StreamRecord& r : h2_streams_->take_finished()) finished.push_back(std::move(r));
-  }
+  std::vector<StreamRecord> finished = exchanges_.take_finished();
   // A zero-window episode still open: the record carries it on (the path
   // joiner closes it when the window opens).
   for (StreamRecord& r : finished) {
@@ -170,11 +149,7 @@ bool Connection::feed(Flow flow, const capture::IoEvent& event) {
   if (at.lost > 0) {
     counters_.bytes_lost += at.lost;
     if (carries_responses(flow)) for_each_active([&](StreamRecord& r) { r.bytes_lost += at.lost; });
-    if (h2_) {
-      h2_->gap(flow, at.lost, h.ts_ns);
-    } else {
-      session_.gap(flow, at.lost, h.ts_ns);
-    }
+    session_->gap(flow, at.lost, h.ts_ns);
   }
   protocol::Piece piece;
   piece.position = at.position;
@@ -199,60 +174,34 @@ bool Connection::feed(Flow flow, const capture::IoEvent& event) {
     context.end_seq = h.seq_end;
   }
   context.arrivals = &arrivals_;
-  if (h2_) {
-    h2_streams_->begin_piece(context);
-    h2_->feed(flow, piece);
-    h2_streams_->end_piece();
-  } else if (upgrade_pending_ && carries_responses(flow)) {
-    switch_protocols(flow, piece, context, 0);
-  } else {
-    assembler_.begin_piece(context);
-    session_.feed(flow, piece);
-    assembler_.end_piece();
-    if (session_.switched_protocols() && carries_responses(flow)) switch_protocols(flow, piece, context, end_of_101(piece));
-  }
+  feed_session(flow, piece, context);
   if (h.direction == ITAP_DIR_SEND && role() == Role::server) note_send(event);
   return true;
 }
 
-// Bytes of the piece's head up to the end of its 101 head (its blank line),
-// or none when the head ends elsewhere (the next piece then begins HTTP/2).
-std::optional<std::size_t> Connection::end_of_101(const protocol::Piece& piece) {
-  const std::string_view head(reinterpret_cast<const char*>(piece.head.data()), piece.head.size());
-  const std::size_t status = head.find(" 101");
-  const std::size_t blank = status == std::string_view::npos ? status : head.find("\r\n\r\n", status);
-  if (blank == std::string_view::npos) return std::nullopt;
-  return blank + 4;
+void Connection::feed_session(Flow flow, const protocol::Piece& piece, const PieceContext& context) {
+  exchanges_.begin_piece(context);
+  session_->feed(flow, piece);
+  exchanges_.end_piece();
+  if (session_->upgrade() && !upgrade_unread_) switch_protocols(flow, piece, context);
 }
 
-// h2c (`Upgrade: h2c` answered by 101): HTTP/2 from the byte after the 101
-// head, when the server's first SETTINGS frame starts there; no bytes there
-// yet: the next piece of the responses' direction decides.
-void Connection::switch_protocols(Flow flow, const protocol::Piece& piece, const PieceContext& context,
-                                  std::optional<std::size_t> after) {
-  upgrade_pending_ = false;
-  if (!after) {
-    upgrade_pending_ = true;
+// The session switched the connection to another protocol (an HTTP/1.1 101):
+// the registration list makes the next session, which takes the rest of this
+// piece from where its bytes begin. A protocol the list does not speak leaves
+// the rest unread.
+void Connection::switch_protocols(Flow flow, const protocol::Piece& piece, const PieceContext& context) {
+  const protocol::UpgradeStart& start = *session_->upgrade();
+  std::unique_ptr<protocol::Session> next = protocol::start_upgraded(start, exchanges_, settings_);
+  if (!next) {
+    upgrade_unread_ = true;
     return;
   }
-  protocol::Piece rest = piece;
-  rest.position += *after;
-  rest.length -= *after;
-  rest.head = piece.head.subspan(*after);
-  if (rest.length == 0) {
-    upgrade_pending_ = true;
-    return;
-  }
-  if (!protocol::http2::looks_like_server_settings(rest.head)) return;  // another protocol: stays unread
-  h2_streams_ = std::make_unique<H2Streams>(identity_, config_, counters_, census_, load_);
-  h2_ = std::make_unique<protocol::http2::Session>(*h2_streams_, config_.request_body_head, protocol::DecoderLimits{},
-                                                   &config_.formats);
-  h2_->start_upgraded(session_.role(), session_.upgrade_request());
-  h2_streams_->set_role(h2_->role());
-  ++counters_.h2_connections;
-  h2_streams_->begin_piece(context);
-  h2_->feed(flow, rest);
-  h2_streams_->end_piece();
+  const std::uint64_t begins = flow == Flow::outbound ? start.outbound_position : start.inbound_position;
+  session_ = std::move(next);
+  exchanges_.set_session(session_->protocol(), session_->role());
+  const protocol::Piece rest = piece.from(begins);
+  if (rest.length > 0) feed_session(flow, rest, context);
 }
 
 // A send that waited for buffer space, or moved less than asked: the reader
@@ -290,8 +239,7 @@ void Connection::on_signal(const capture::DeliverySignal& signal) {
         track_window(since, signal, &r.tcp);
       });
       track_window(zero_window_since_, signal, nullptr);
-      assembler_.on_acked(signal.seq, signal.ts_ns);
-      if (h2_streams_) h2_streams_->on_acked(signal.seq, signal.ts_ns);
+      exchanges_.on_acked(signal.seq, signal.ts_ns);
       break;
     case capture::DeliverySignal::Kind::arrived: arrivals_.add(signal.seq, signal.ts_ns); break;
     default: break;  // retransmissions, memory limits: noted above
@@ -308,8 +256,7 @@ void Connection::on_state(const capture::IoEvent& event) {
 
 void Connection::close(TimestampNs ts, StreamEnd reason) {
   set_cut_reason(reason);
-  if (h2_) return h2_->close(ts);
-  session_.close(ts);
+  if (session_) session_->close(ts);
 }
 
 namespace {
@@ -326,22 +273,12 @@ void Connection::expire_stream(TimestampNs now, std::uint64_t idle_ns) {
 }
 
 void Connection::end_streams(TimestampNs now, StreamEnd reason, const std::function<bool(const StreamRecord&)>& pick) {
-  if (h2_) {
-    std::vector<std::uint32_t> chosen;
-    h2_streams_->for_each_active([&](StreamRecord& r) {
-      if (pick(r)) chosen.push_back(r.h2_stream_id);
-    });
-    if (chosen.empty()) return;
-    set_cut_reason(reason);
-    for (std::uint32_t id : chosen) h2_->abandon_stream(id, now);
-    set_cut_reason(StreamEnd::connection_closed);
-    return;
-  }
-  const StreamRecord* r = assembler_.active_stream();
-  if (!r || !pick(*r)) return;
-  assembler_.set_cut_reason(reason);
-  session_.abandon_response(now);
-  assembler_.set_cut_reason(StreamEnd::connection_closed);
+  if (!session_) return;
+  const std::vector<std::uint64_t> chosen = exchanges_.active_ids(pick);
+  if (chosen.empty()) return;
+  set_cut_reason(reason);
+  for (std::uint64_t id : chosen) session_->abandon(id, now);
+  set_cut_reason(StreamEnd::connection_closed);
 }
 
 }  // namespace infertap::core

@@ -2,10 +2,13 @@
 // streams its protocol session reads, and its delivery signals into the
 // vantages of its stream records.
 //
-//   capture events --> TcpCursor (positions, lost bytes) --> Http1Session
-//                  --> StreamAssembler --> finished StreamRecords
-//   (HTTP/2: --> http2::Session --> one StreamAssembler per live stream, H2Streams)
+//   capture events --> TcpCursor (positions, lost bytes) --> protocol::Session
+//                  --> Exchanges (a StreamAssembler per exchange) --> finished StreamRecords
 //   delivery signals --> ACK / arrival / window state of the records
+//
+// The session is whichever protocol the registration list recognised from the
+// first bytes (protocol/registry.h), replaced when it reports an upgrade; the
+// connection names none.
 //
 // The connection never calls its owner: what it decides (stop following this
 // socket, the role it found) is returned, and the records it finished wait to
@@ -19,13 +22,12 @@
 #include <vector>
 
 #include "capture/event.h"
-#include "core/conn/h2_streams.h"
+#include "core/conn/exchanges.h"
 #include "core/conn/tcp.h"
 #include "core/role_census.h"
 #include "core/stream/assembler.h"
 #include "core/types.h"
-#include "protocol/http1/session.h"
-#include "protocol/http2/session.h"
+#include "protocol/session.h"
 
 namespace infertap::core {
 
@@ -74,7 +76,7 @@ class Connection {
   void end_streams(TimestampNs now, StreamEnd reason, const std::function<bool(const StreamRecord&)>& pick);
 
   // Records finished since the last take (checked after every call above).
-  bool has_finished() const { return assembler_.has_finished() || (h2_streams_ && h2_streams_->has_finished()); }
+  bool has_finished() const { return exchanges_.has_finished(); }
   std::vector<StreamRecord> take_finished();
 
   // The streams this connection is sending or receiving now (records filled
@@ -83,8 +85,7 @@ class Connection {
   void for_each_active_stream(const std::function<void(const StreamRecord&)>& visit) const;
   bool streaming() const;
   const ConnIdentity& identity() const { return identity_; }
-  Role role() const { return h2_ ? h2_->role() : session_.role(); }
-  bool http2() const { return h2_ != nullptr; }
+  Role role() const { return session_ ? session_->role() : Role::unknown; }
   TimestampNs last_activity() const { return last_activity_; }
 
  private:
@@ -93,27 +94,21 @@ class Connection {
   void note_send(const capture::IoEvent& event);
   static void note_full_buffer(TcpContext& tcp, const itap_event& h);
   bool decide(protocol::Flow flow, std::span<const std::uint8_t> head);
-  static std::optional<std::size_t> end_of_101(const protocol::Piece& piece);
-  void switch_protocols(protocol::Flow flow, const protocol::Piece& piece, const PieceContext& context,
-                        std::optional<std::size_t> after);
-  bool accepts(protocol::Flow flow) const { return h2_ ? h2_->accepts(flow) : session_.accepts(flow); }
-  bool carries_responses(protocol::Flow flow) const;
+  void switch_protocols(protocol::Flow flow, const protocol::Piece& piece, const PieceContext& context);
+  void feed_session(protocol::Flow flow, const protocol::Piece& piece, const PieceContext& context);
+  bool accepts(protocol::Flow flow) const { return session_ && session_->accepts(flow); }
+  bool carries_responses(protocol::Flow flow) const { return session_ && session_->carries_responses(flow); }
   void end_flow(protocol::Flow flow, TimestampNs ts);
   void for_each_active(const std::function<void(StreamRecord&)>& visit);
   void set_cut_reason(StreamEnd reason);
 
   ConnIdentity identity_;
   PipelineCounters& counters_;
-  StreamAssembler assembler_;
-  protocol::Http1Session session_;
-  // HTTP/2 (its first bytes said so): the session and its streams' records.
-  std::unique_ptr<H2Streams> h2_streams_;
-  std::unique_ptr<protocol::http2::Session> h2_;
-  const PipelineConfig& config_;
-  const RoleCensus& census_;
-  LoadTracker* load_;
+  const protocol::SessionSettings settings_;
+  Exchanges exchanges_;
+  std::unique_ptr<protocol::Session> session_;  // null until the first bytes decide it
   bool ignored_ = false;
-  bool upgrade_pending_ = false;  // a 101 ended HTTP/1: the next response bytes may begin HTTP/2
+  bool upgrade_unread_ = false;  // an upgrade to a protocol the list does not speak: the rest stays unread
   bool closed_unread_ = false;
   bool inbound_eof_ = false;    // a read returned EOF
   bool outbound_shut_ = false;  // unix: the peer read EOF

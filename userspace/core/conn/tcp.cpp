@@ -4,16 +4,6 @@
 
 namespace infertap::core {
 
-void ArrivalLog::add(std::uint32_t seq, TimestampNs ts) {
-  if (arrivals_.size() >= kMax) arrivals_.pop_front();
-  arrivals_.emplace_back(seq, ts);
-}
-
-TimestampNs ArrivalLog::arrival_for(std::uint32_t end_seq) {
-  while (!arrivals_.empty() && !seq_leq(end_seq, arrivals_.front().first)) arrivals_.pop_front();
-  return arrivals_.empty() ? 0 : arrivals_.front().second;
-}
-
 void note_signal(TcpContext& tcp, const capture::DeliverySignal& s) {
   using Kind = capture::DeliverySignal::Kind;
   tcp.signals = true;

@@ -13,9 +13,6 @@
 
 namespace infertap::core {
 
-// TCP sequence comparison modulo 2^32: a at or before b.
-inline bool seq_leq(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(b - a) >= 0; }
-
 // One direction of a TCP connection as a byte stream: the position of each
 // call's bytes from the sequence the kernel reported after it.
 class TcpCursor {
@@ -58,20 +55,6 @@ class TcpCursor {
   bool started_ = false;
   std::uint32_t next_seq_ = 0;
   std::uint64_t position_ = 0;
-};
-
-// Arrivals at a receiving socket (rcv_nxt after each), oldest first, until a
-// read claims them.
-class ArrivalLog {
- public:
-  void add(std::uint32_t seq, TimestampNs ts);
-  // When the byte before `end_seq` arrived (0: unknown). Arrivals that end
-  // before it are of no use to later reads either and are dropped.
-  TimestampNs arrival_for(std::uint32_t end_seq);
-
- private:
-  static constexpr std::size_t kMax = 4096;  // a reader that stopped reading cannot grow this without end
-  std::deque<std::pair<std::uint32_t, TimestampNs>> arrivals_;
 };
 
 // What a delivery signal tells every record of its socket alike: that signals

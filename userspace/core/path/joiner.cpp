@@ -198,9 +198,8 @@ void PathJoiner::on_signal(std::uint64_t sock_id, std::uint64_t generation, cons
     TcpContext& tcp = h.rec.tcp;
     note_signal(tcp, signal);
     if (signal.kind != capture::DeliverySignal::Kind::ack || h.rec.role != Role::server) continue;
-    for (TimelineEvent& e : h.rec.timeline) {
-      if (!e.acked_ns && e.end_seq && seq_leq(e.end_seq, signal.seq)) e.acked_ns = signal.ts_ns;
-    }
+    std::size_t from = 0;  // events acknowledged before stay as they were
+    mark_acked(h.rec.timeline, from, signal.seq, signal.ts_ns);
     track_window(tcp.zero_window_since, signal, &tcp);
   }
 }

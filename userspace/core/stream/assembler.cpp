@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <functional>
 
-#include "core/conn/tcp.h"
 #include "core/labels.h"
 #include "core/metrics.h"
 
@@ -75,15 +74,7 @@ void StreamAssembler::mark_piece_batch() {
 
 void StreamAssembler::on_acked(std::uint32_t ack_seq, TimestampNs ts) {
   if (!active_ || role_ != Role::server) return;
-  auto& timeline = active_->record.timeline;
-  std::size_t& cursor = active_->ack_cursor;
-  // An event without a sequence (a TLS write whose ciphertext was not seen)
-  // is never acknowledged, and does not hold back the ones after it.
-  for (; cursor < timeline.size(); ++cursor) {
-    TimelineEvent& e = timeline[cursor];
-    if (e.end_seq && !seq_leq(e.end_seq, ack_seq)) break;
-    if (e.end_seq && !e.acked_ns) e.acked_ns = ts;
-  }
+  mark_acked(active_->record.timeline, active_->ack_cursor, ack_seq, ts);
 }
 
 // ---- exchange callbacks -------------------------------------------------------
@@ -118,6 +109,7 @@ void StreamAssembler::start(const protocol::ResponseInfo& response) {
   if (r.declared) r.dialect = protocol::Dialect::declared;
   r.joined_midstream = response.joined_midstream;
   r.http_version = response.http_version;
+  r.protocol = response.protocol;
   r.h2_stream_id = response.h2_stream_id;
   r.headers_unknown = response.headers_unknown;
   if (r.event_framing == protocol::EventFraming::grpc) r.dialect = protocol::Dialect::grpc;
@@ -306,6 +298,10 @@ void StreamAssembler::on_h2_stream(const protocol::Http2StreamStats& stats) {
   r.h2_data_frames = stats.data_frames;
   r.grpc_status = stats.grpc_status;
   r.h2_flow = stats;
+}
+
+void StreamAssembler::on_message_stats(const protocol::MessageStats& stats) {
+  if (active_) active_->record.messages = stats;
 }
 
 void StreamAssembler::on_parse_error(protocol::ParseError error, bool in_stream) {

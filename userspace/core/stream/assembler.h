@@ -24,8 +24,6 @@
 
 namespace infertap::core {
 
-class ArrivalLog;
-
 // What the transport knows of the piece being fed.
 struct PieceContext {
   std::uint64_t call_ns = 0;    // how long the call that moved it took
@@ -81,6 +79,7 @@ class StreamAssembler : public protocol::ExchangeSink {
   void on_body_gap(std::uint64_t n) override;
   void on_body_undecodable(Undecodable why) override;
   void on_h2_stream(const protocol::Http2StreamStats& stats) override;
+  void on_message_stats(const protocol::MessageStats& stats) override;
   void on_response_end(TimestampNs ts, protocol::ResponseEnd how) override;
   void on_parse_error(protocol::ParseError error, bool in_stream) override;
 

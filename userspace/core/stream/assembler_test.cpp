@@ -5,7 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include "core/conn/tcp.h"
 
 namespace infertap::core {
 namespace {

@@ -213,6 +213,7 @@ std::string_view to_string(protocol::EventFraming f) {
     case protocol::EventFraming::sse: return "sse";
     case protocol::EventFraming::ndjson: return "ndjson";
     case protocol::EventFraming::grpc: return "grpc";
+    case protocol::EventFraming::websocket: return "websocket";
   }
   return "sse";
 }
@@ -240,6 +241,31 @@ void put_identity(json& j, const core::StreamRecord& r, const RenderOptions& opt
   put_text(j, "peer_comm", r.conn.peer_comm);
   j["tls"] = r.conn.tls;
   j["tls_library"] = r.conn.tls_library.empty() ? json(nullptr) : json(r.conn.tls_library);
+}
+
+// A message-framed session's response (docs/schema.md#websocket): null on
+// other records. Audio's duration is known when the session declared its
+// format (bytes / rate / bytes per sample).
+void put_messages(json& j, const core::StreamRecord& r) {
+  j["protocol"] = protocol::to_string(r.protocol);
+  if (!r.messages) {
+    j["websocket"] = nullptr;
+    return;
+  }
+  const protocol::MessageStats& m = *r.messages;
+  json audio_ms = nullptr;
+  if (m.audio_sample_rate && m.audio_bytes_per_sample && m.audio_bytes)
+    audio_ms = static_cast<double>(m.audio_bytes) * 1000.0 / (double(m.audio_sample_rate) * m.audio_bytes_per_sample);
+  j["websocket"] = json{{"frames", m.frames},
+                        {"control_frames", m.control_frames},
+                        {"other_messages", m.other_messages},
+                        {"client_messages", m.client_messages},
+                        {"compressed", m.compressed},
+                        {"inflated_bytes", m.compressed ? json(m.inflated_bytes) : json(nullptr)},
+                        {"close_code", m.close_code ? json(*m.close_code) : json(nullptr)},
+                        {"audio_events", r.audio_events},
+                        {"audio_bytes", m.audio_bytes},
+                        {"audio_ms", audio_ms}};
 }
 
 // HTTP/2 (docs/schema.md#http2): null on HTTP/1 records but http_version.
@@ -281,6 +307,7 @@ void put_exchange(json& j, const core::StreamRecord& r) {
   j["end"] = core::to_string(r.end);
   j["joined_midstream"] = r.joined_midstream;
   put_http2(j, r);
+  put_messages(j, r);
 }
 
 void put_times(json& j, const core::StreamRecord& r) {

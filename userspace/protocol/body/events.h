@@ -20,6 +20,7 @@
 #include "protocol/body/grpc.h"
 #include "protocol/encoding/decoder.h"
 #include "protocol/exchange.h"
+#include "protocol/payload/declared.h"
 #include "protocol/ndjson/parser.h"
 #include "protocol/sse/parser.h"
 

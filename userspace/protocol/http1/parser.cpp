@@ -19,30 +19,6 @@
 
 namespace infertap::protocol {
 
-std::string_view to_string(BodyFraming f) {
-  switch (f) {
-    case BodyFraming::none: return "none";
-    case BodyFraming::content_length: return "content_length";
-    case BodyFraming::chunked: return "chunked";
-    case BodyFraming::until_close: return "until_close";
-  }
-  return "none";
-}
-
-std::string_view to_string(ParseError e) {
-  switch (e) {
-    case ParseError::bad_start_line: return "bad_start_line";
-    case ParseError::bad_header: return "bad_header";
-    case ParseError::header_too_large: return "header_too_large";
-    case ParseError::bad_chunk_size: return "bad_chunk_size";
-    case ParseError::bad_chunk_trailer: return "bad_chunk_trailer";
-    case ParseError::gap_in_head: return "gap_in_head";
-    case ParseError::gap_in_framing: return "gap_in_framing";
-    case ParseError::not_http: return "not_http";
-    case ParseError::truncated_message: return "truncated_message";
-  }
-  return "unknown";
-}
 
 namespace {
 
@@ -559,6 +535,7 @@ const HttpParser::Byte* HttpParser::on_head_bytes(const Byte* p, const Byte* end
     std::size_t line_len = buf_.size() - 1 - line_start_;
     if (line_len > 0 && buf_[buf_.size() - 2] == '\r') --line_len;
     if (line_len == 0 && line_start_ > 0) {
+      head_end_ = run_base_ + static_cast<std::uint64_t>(p - run_begin_);
       parse_head(ts);
       return p;
     }
@@ -661,6 +638,7 @@ void HttpParser::parse_head(TimestampNs ts) {
   if (mode_ == Mode::response) {
     if (!parse_status_line(start_line, &response_)) return lose_sync(ParseError::bad_start_line, "malformed status line");
     if (response_.status < 100) return lose_sync(ParseError::bad_start_line, "status code out of range");
+    response_.head_end_position = head_end_;
   } else if (!parse_request_line(start_line, &request_)) {
     return lose_sync(ParseError::bad_start_line, "malformed request line");
   }
@@ -709,6 +687,10 @@ bool HttpParser::parse_header_line(std::string_view line, HeadFields& fields) {
     assign_capped(response_.content_encoding, value, true);
   } else if (mode_ == Mode::response && is_version_header(name)) {
     add_version_field(response_, name, value);
+  } else if (mode_ == Mode::response && response_.status == 101) {
+    if (iequals(name, "upgrade")) assign_capped(response_.upgrade, value, true);
+    if (iequals(name, "sec-websocket-extensions")) assign_capped(response_.websocket_extensions, value, true);
+    if (iequals(name, "sec-websocket-protocol")) assign_capped(response_.websocket_protocol, value, false);
   } else if (mode_ == Mode::request && iequals(name, "host")) {
     assign_capped(request_.host, value, false);
   } else if (mode_ == Mode::request && iequals(name, "user-agent")) {

@@ -13,17 +13,10 @@
 #include <string>
 #include <string_view>
 
+#include "protocol/framing.h"
 #include "protocol/stream.h"
 
 namespace infertap::protocol {
-
-enum class BodyFraming : std::uint8_t {
-  none,            // no body (e.g. GET request, 204/304, HEAD response)
-  content_length,  // Content-Length: N
-  chunked,         // Transfer-Encoding: chunked
-  until_close,     // response without length: body ends when the connection closes
-};
-std::string_view to_string(BodyFraming f);  // "none" | "content_length" | "chunked" | "until_close"
 
 struct RequestHead {
   std::string method;        // "POST"
@@ -57,23 +50,16 @@ struct ResponseHead {
   // (names lower-cased, each value capped, at most kMaxVersionFields; other
   // header values are never kept). "" when none.
   std::string server_version;
+  // A 101's protocol switch: `Upgrade` (lower-cased), the negotiated
+  // `Sec-WebSocket-Extensions` (lower-cased) and `Sec-WebSocket-Protocol`,
+  // each capped at kMaxFieldValue; "" when absent. Kept for 101 only.
+  std::string upgrade, websocket_extensions, websocket_protocol;
+  // Stream position just past the head's blank line.
+  std::uint64_t head_end_position = 0;
   static constexpr std::size_t kMaxVersionFields = 3;
   static constexpr std::size_t kMaxVersionValue = 64;
 };
 
-enum class ParseError : std::uint8_t {
-  bad_start_line,
-  bad_header,
-  header_too_large,
-  bad_chunk_size,
-  bad_chunk_trailer,
-  gap_in_head,     // a capture hole covered part of a request/response head
-  gap_in_framing,  // a capture hole covered chunk framing; parser resynchronised
-  not_http,        // bytes are neither HTTP nor a recognisable body: parser gave up
-  truncated_message,  // connection closed in the middle of a message
-};
-
-std::string_view to_string(ParseError e);
 
 // What a head's fields say about its body's framing and connection reuse.
 struct HeadFields {
@@ -189,6 +175,7 @@ class HttpParser {
   std::size_t trailer_total_ = 0;
   std::size_t line_start_ = 0;       // head: offset of the current line in buf_
   std::uint64_t remaining_ = 0;      // body or chunk bytes left
+  std::uint64_t head_end_ = 0;       // stream position past the blank line of the head being parsed
   std::uint64_t skipped_ = 0;        // body bytes dropped while resynchronising chunk framing
   TimestampNs lost_ts_ = 0;          // time of the last byte dropped while resynchronising
   TimestampNs last_ts_ = 0;          // time of the latest piece or hole

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 
@@ -59,6 +60,22 @@ Role role_from_first_bytes(Flow flow, std::span<const std::uint8_t> head) {
   return requests_here == (flow == Flow::outbound) ? Role::client : Role::server;
 }
 
+namespace {
+
+// Exchange kExchange of a connection's sinks: opened now, for the session's life.
+ExchangeSink& first_exchange(ExchangeSinks& sinks) {
+  ExchangeSink* sink = sinks.exchange(Http1Session::kExchange);
+  if (!sink) std::abort();  // a connection's sinks always take its first exchange
+  return *sink;
+}
+
+}  // namespace
+
+Http1Session::Http1Session(ExchangeSinks& sinks, const SessionSettings& settings)
+    : Http1Session(first_exchange(sinks), settings.request_body_head, settings.decoder_limits, settings.formats) {
+  sinks_ = &sinks;
+}
+
 Http1Session::Http1Session(ExchangeSink& sink, std::size_t request_body_head, const DecoderLimits& decoder_limits,
                            const DeclaredFormats* formats)
     : sink_(sink), request_body_head_(request_body_head), decoder_limits_(decoder_limits), formats_(formats) {}
@@ -86,7 +103,8 @@ bool Http1Session::carries_responses(Flow flow) const {
 
 void Http1Session::feed(Flow flow, const Piece& piece) {
   Direction& d = direction(flow);
-  if (!d.parser || d.ended) return;
+  if (!d.parser || d.ended || upgrade_) return;
+  touch();
   d.parser->feed(piece.head, piece.ts);
   if (const std::uint64_t hole = piece.hole(); hole > 0) d.parser->gap(hole, piece.ts);
   if (!piece.tail.empty()) d.parser->feed(piece.tail, piece.ts);
@@ -94,23 +112,32 @@ void Http1Session::feed(Flow flow, const Piece& piece) {
 
 void Http1Session::gap(Flow flow, std::uint64_t n, TimestampNs ts) {
   Direction& d = direction(flow);
-  if (d.parser && !d.ended) d.parser->gap(n, ts);
+  if (!d.parser || d.ended || upgrade_) return;
+  touch();
+  d.parser->gap(n, ts);
 }
 
 void Http1Session::end(Flow flow, TimestampNs ts) {
   Direction& d = direction(flow);
   if (!d.parser || d.ended) return;
+  touch();
   d.ended = true;
   d.parser->close(ts);
 }
 
 void Http1Session::close(TimestampNs ts) {
+  touch();
   end(Flow::outbound, ts);
   end(Flow::inbound, ts);
   if (response_) end_response(ts, ResponseEnd::cut_short);
 }
 
+void Http1Session::abandon(std::uint64_t id, TimestampNs ts) {
+  if (id == kExchange) abandon_response(ts);
+}
+
 void Http1Session::abandon_response(TimestampNs ts) {
+  touch();
   if (response_) end_response(ts, ResponseEnd::cut_short);
 }
 
@@ -190,8 +217,27 @@ void Http1Session::end_response(TimestampNs ts, ResponseEnd how) {
   sink_.on_response_end(ts, how);
 }
 
+// What the next protocol starts from: where its bytes begin in each direction
+// (past the 101's head; past the upgrade request, the last bytes the
+// requests' direction sent before the switch).
+void Http1Session::switch_protocols(const ResponseHead& head, TimestampNs ts) {
+  UpgradeStart start;
+  start.role = role_;
+  start.request = requests_.empty() ? nullptr : &requests_.front();
+  start.upgrade = head.upgrade;
+  start.extensions = head.websocket_extensions;
+  start.protocol = head.websocket_protocol;
+  start.ts = ts;
+  const Flow responses = role_ == Role::server ? Flow::outbound : Flow::inbound;
+  const Direction& requests = direction(responses == Flow::outbound ? Flow::inbound : Flow::outbound);
+  const std::uint64_t requests_end = requests.parser ? requests.parser->position() : 0;
+  (responses == Flow::outbound ? start.outbound_position : start.inbound_position) = head.head_end_position;
+  (responses == Flow::outbound ? start.inbound_position : start.outbound_position) = requests_end;
+  upgrade_ = std::move(start);
+}
+
 void Http1Session::ResponseSide::on_response_head(const ResponseHead& head, TimestampNs ts) {
-  if (head.status == 101) s_.switched_ = true;  // the bytes after its head are another protocol's
+  if (head.status == 101) s_.switch_protocols(head, ts);  // the bytes after its head are another protocol's
   if (head.status >= 100 && head.status < 200) return;  // interim responses
   s_.start_response(head, ts);
 }

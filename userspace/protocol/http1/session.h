@@ -25,6 +25,7 @@
 #include "protocol/exchange.h"
 #include "protocol/http1/parser.h"
 #include "protocol/payload/declared.h"
+#include "protocol/session.h"
 #include "protocol/stream.h"
 
 namespace infertap::protocol {
@@ -35,38 +36,45 @@ namespace infertap::protocol {
 // HTTP/1.
 Role role_from_first_bytes(Flow flow, std::span<const std::uint8_t> head);
 
-class Http1Session {
+class Http1Session : public Session {
  public:
+  // The session of a connection: its responses, in turn, are exchange
+  // kExchange of `sinks`.
+  Http1Session(ExchangeSinks& sinks, const SessionSettings& settings);
+  // One sink for every response (tests, fuzzers).
   // `request_body_head`: bytes of each request body kept for the interpreter;
   // `formats`: declared formats, first match wins (they outlive the session).
   Http1Session(ExchangeSink& sink, std::size_t request_body_head, const DecoderLimits& decoder_limits = {},
                const DeclaredFormats* formats = nullptr);
   Http1Session(const Http1Session&) = delete;
   Http1Session& operator=(const Http1Session&) = delete;
+  static constexpr std::uint64_t kExchange = 0;
 
+  Protocol protocol() const override { return Protocol::http1; }
   // The first piece with bytes decides the role. Returns false when they are
   // not HTTP/1: nothing is parsed on this connection then.
-  bool decide(Flow flow, std::span<const std::uint8_t> head);
-  Role role() const { return role_; }
+  bool decide(Flow flow, std::span<const std::uint8_t> head) override;
+  Role role() const override { return role_; }
   // Whether `flow` still has a parser taking bytes.
-  bool accepts(Flow flow) const;
+  bool accepts(Flow flow) const override;
   // Does `flow` carry the responses (the body a stream is made of)?
-  bool carries_responses(Flow flow) const;
+  bool carries_responses(Flow flow) const override;
 
-  void feed(Flow flow, const Piece& piece);
+  void feed(Flow flow, const Piece& piece) override;
   // `n` bytes of `flow` never reached userspace (lost before its next piece).
-  void gap(Flow flow, std::uint64_t n, TimestampNs ts);
+  void gap(Flow flow, std::uint64_t n, TimestampNs ts) override;
   // `flow` ended (EOF received, or this side shut down its sending).
-  void end(Flow flow, TimestampNs ts);
+  void end(Flow flow, TimestampNs ts) override;
   // Both directions end. A response still open afterwards ends `cut_short`.
-  void close(TimestampNs ts);
+  void close(TimestampNs ts) override;
   // Drops the response in progress (`cut_short`); the connection goes on.
+  void abandon(std::uint64_t id, TimestampNs ts) override;
   void abandon_response(TimestampNs ts);
   bool response_open() const { return response_.has_value(); }
   // A `101 Switching Protocols` ended HTTP/1 on this connection (the parsers
-  // take no more bytes); the request it answered, if seen (h2c: HTTP/2's stream 1).
-  bool switched_protocols() const { return switched_; }
-  const RequestInfo* upgrade_request() const { return requests_.empty() ? nullptr : &requests_.front(); }
+  // take no more bytes): what the next protocol starts from.
+  bool switched_protocols() const { return upgrade_.has_value(); }
+  const UpgradeStart* upgrade() const override { return upgrade_ ? &*upgrade_ : nullptr; }
 
  private:
   struct Direction {
@@ -106,8 +114,14 @@ class Http1Session {
   Direction& direction(Flow flow) { return flow == Flow::outbound ? outbound_ : inbound_; }
   const Direction& direction(Flow flow) const { return flow == Flow::outbound ? outbound_ : inbound_; }
   void start_response(const ResponseHead& head, TimestampNs ts);
+  void switch_protocols(const ResponseHead& head, TimestampNs ts);
+  // A connection's session: the piece being fed reaches the exchange's sink.
+  void touch() {
+    if (sinks_) sinks_->exchange(kExchange);
+  }
   void end_response(TimestampNs ts, ResponseEnd how);
 
+  ExchangeSinks* sinks_ = nullptr;
   ExchangeSink& sink_;
   const std::size_t request_body_head_;
   const DecoderLimits decoder_limits_;
@@ -119,7 +133,7 @@ class Http1Session {
   std::deque<RequestInfo> requests_;
   std::optional<OpenResponse> response_;
   std::uint64_t responses_ = 0;
-  bool switched_ = false;
+  std::optional<UpgradeStart> upgrade_;
 };
 
 }  // namespace infertap::protocol

@@ -73,6 +73,31 @@ TEST(Http1Session, NotHttpIsRefused) {
   EXPECT_FALSE(session.accepts(Flow::inbound));
 }
 
+TEST(Http1Session, A101HandsTheNextProtocolWhereItsBytesBegin) {
+  Recorder rec;
+  Http1Session session(rec, 4096);
+  const std::string request = "GET /v1/realtime?model=m HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+  const std::string head = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: WebSocket\r\nConnection: Upgrade\r\n"
+                           "Sec-WebSocket-Extensions: permessage-deflate; Server_No_Context_Takeover\r\n"
+                           "Sec-WebSocket-Protocol: realtime\r\n\r\n";
+  ASSERT_TRUE(session.decide(Flow::inbound, as_bytes(request)));
+  Side in{session, Flow::inbound}, out{session, Flow::outbound};
+  in.send(request, 1);
+  EXPECT_EQ(session.upgrade(), nullptr);
+  out.send(head + "\x81\x02hi", 2);  // the new protocol's first frame rides in the 101's piece
+  const UpgradeStart* up = session.upgrade();
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(up->role, Role::server);
+  EXPECT_EQ(up->upgrade, "websocket");
+  EXPECT_EQ(up->extensions, "permessage-deflate; server_no_context_takeover");
+  EXPECT_EQ(up->protocol, "realtime");
+  EXPECT_EQ(up->outbound_position, head.size()) << "just past the 101's blank line";
+  EXPECT_EQ(up->inbound_position, request.size()) << "just past the upgrade request";
+  ASSERT_NE(up->request, nullptr);
+  EXPECT_EQ(up->request->target, "/v1/realtime?model=m");
+  EXPECT_TRUE(rec.responses.empty()) << "a 101 is no response of its own";
+}
+
 TEST(Http1Session, PipelinedResponsesAnswerTheirRequestsInOrder) {
   Recorder rec;
   Http1Session session(rec, 4096);

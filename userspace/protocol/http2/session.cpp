@@ -115,12 +115,11 @@ struct Session::Direction {
   HpackDecoder hpack;
 };
 
-Session::Session(StreamSinks& sinks, std::size_t request_body_head, const DecoderLimits& decoder_limits,
-                 const DeclaredFormats* formats)
+Session::Session(ExchangeSinks& sinks, const SessionSettings& settings)
     : sinks_(sinks),
-      request_body_head_(request_body_head),
-      decoder_limits_(decoder_limits),
-      formats_(formats),
+      request_body_head_(settings.request_body_head),
+      decoder_limits_(settings.decoder_limits),
+      formats_(settings.formats),
       outbound_(std::make_unique<Direction>()),
       inbound_(std::make_unique<Direction>()) {}
 
@@ -193,7 +192,7 @@ void Session::gap(Flow flow, std::uint64_t n, TimestampNs ts) {
 void Session::feed_preface(Direction& d, std::span<const std::uint8_t> bytes, std::size_t& i) {
   while (i < bytes.size() && d.preface_have < kClientPreface.size()) {
     if (bytes[i] != static_cast<std::uint8_t>(kClientPreface[d.preface_have])) {
-      sinks_.on_problem(Problem::frame_error);
+      sinks_.on_problem(Protocol::http2, SessionProblem::frame_error);
       d.state = Direction::State::lost;
       return;
     }
@@ -266,7 +265,7 @@ void Session::lost_bytes(Direction& d, std::uint64_t n, TimestampNs ts) {
 }
 
 void Session::lose_sync(Direction& d) {
-  sinks_.on_problem(Problem::desynchronised);
+  sinks_.on_problem(Protocol::http2, SessionProblem::desynchronised);
   if (is_requests(d)) requests_lost_ = true;
   d.state = Direction::State::lost;
   d.header_have = 0;
@@ -288,7 +287,7 @@ void Session::try_resync(Direction& d, const Piece& piece) {
   if (h.frame_type() == FrameType::continuation) return;  // its block's start went by
   d.state = Direction::State::header;
   d.header_have = 0;
-  sinks_.on_problem(Problem::resynchronised);
+  sinks_.on_problem(Protocol::http2, SessionProblem::resynchronised);
 }
 
 void Session::begin_frame(Direction& d, TimestampNs ts) {
@@ -298,7 +297,7 @@ void Session::begin_frame(Direction& d, TimestampNs ts) {
   d.frame_lost = false;
   d.payload.clear();
   if (d.frame.length > d.max_frame || (d.in_block && d.frame.frame_type() != FrameType::continuation)) {
-    sinks_.on_problem(Problem::frame_error);
+    sinks_.on_problem(Protocol::http2, SessionProblem::frame_error);
     return lose_sync(d);
   }
   d.state = Direction::State::payload;
@@ -369,7 +368,7 @@ void Session::data_payload(Direction& d, std::span<const std::uint8_t> bytes, st
     const std::uint8_t pad = bytes[0];
     d.pad_unknown = false;
     if (pad >= d.frame.length) {
-      sinks_.on_problem(Problem::frame_error);
+      sinks_.on_problem(Protocol::http2, SessionProblem::frame_error);
       d.data_end = 0;  // all padding: nothing of it is body
     } else {
       d.data_end = d.frame.length - pad;
@@ -447,19 +446,19 @@ void Session::header_fragment(Direction& d, TimestampNs ts) {
     }
     if (f.has(flags::kPriority)) skip += 5;
     if (skip + pad > f.length) {
-      sinks_.on_problem(Problem::frame_error);
+      sinks_.on_problem(Protocol::http2, SessionProblem::frame_error);
       d.block_lost = true;
     } else if (!d.frame_lost) {
       fragment = fragment.substr(std::min(skip, fragment.size()));
       fragment = fragment.substr(0, fragment.size() - std::min(pad, fragment.size()));
     }
   } else if (!d.in_block || f.stream_id != d.block_stream) {
-    sinks_.on_problem(Problem::frame_error);
+    sinks_.on_problem(Protocol::http2, SessionProblem::frame_error);
     return;
   }
   if (d.frame_lost) d.block_lost = true;
   if (d.block.size() + fragment.size() > kMaxHeaderBlock) {
-    if (!d.block_lost) sinks_.on_problem(Problem::header_block_too_large);
+    if (!d.block_lost) sinks_.on_problem(Protocol::http2, SessionProblem::header_block_too_large);
     d.block_lost = true;
   }
   if (!d.block_lost) d.block.append(fragment);
@@ -475,7 +474,7 @@ void Session::header_block(Direction& d, TimestampNs ts) {
   } else {
     d.hpack.lose_state();
   }
-  if (!decoded) sinks_.on_problem(Problem::header_block_lost);
+  if (!decoded) sinks_.on_problem(Protocol::http2, SessionProblem::header_block_lost);
   d.block.clear();
   Stream* s = find(d.block_stream);
   if (is_requests(d)) {
@@ -546,7 +545,7 @@ bool Session::request_went_unseen(std::uint32_t id) const {
   return std::find(closed_.begin(), closed_.end(), id) == closed_.end();
 }
 
-ExchangeSink* Session::sink(const Stream& s) { return sinks_.stream(s.id); }
+ExchangeSink* Session::sink(const Stream& s) { return sinks_.exchange(s.id); }
 
 Session::Stream* Session::find(std::uint32_t id) {
   auto it = streams_.find(id);
@@ -555,7 +554,7 @@ Session::Stream* Session::find(std::uint32_t id) {
 
 Session::Stream* Session::open_stream(std::uint32_t id, bool joined) {
   if (streams_.size() >= kMaxStreams) {
-    sinks_.on_problem(Problem::streams_over_limit);
+    sinks_.on_problem(Protocol::http2, SessionProblem::exchanges_over_limit);
     return nullptr;
   }
   highest_opened_ = std::max(highest_opened_, id);
@@ -642,11 +641,12 @@ void Session::end_stream_of(Stream& s, TimestampNs ts, ResponseEnd how) {
   streams_.erase(id);
   closed_.push_back(id);
   if (closed_.size() > kClosedRemembered) closed_.pop_front();
-  sinks_.stream_closed(id);
+  sinks_.exchange_closed(id);
 }
 
-void Session::abandon_stream(std::uint32_t id, TimestampNs ts) {
-  if (Stream* s = find(id)) end_stream_of(*s, ts, ResponseEnd::cut_short);
+void Session::abandon(std::uint64_t id, TimestampNs ts) {
+  if (id > UINT32_MAX) return;  // not a stream id
+  if (Stream* s = find(static_cast<std::uint32_t>(id))) end_stream_of(*s, ts, ResponseEnd::cut_short);
 }
 
 void Session::close_streams_above(std::uint32_t last_id, TimestampNs ts) {

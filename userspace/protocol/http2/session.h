@@ -25,21 +25,12 @@
 
 #include "protocol/body/events.h"
 #include "protocol/exchange.h"
+#include "protocol/session.h"
 #include "protocol/http2/frames.h"
 #include "protocol/http2/hpack.h"
 #include "protocol/stream.h"
 
 namespace infertap::protocol::http2 {
-
-// What went wrong on a connection, counted by the caller.
-enum class Problem : std::uint8_t {
-  desynchronised,     // a hole swallowed a frame header: the direction lost its frames
-  resynchronised,     // a later piece began with a plausible frame header: frames found again
-  header_block_lost,  // a header block could not be decoded (hole, bound, HPACK state unknown)
-  header_block_too_large,
-  streams_over_limit, // a new stream beyond kMaxStreams was not followed
-  frame_error,        // a frame its type does not allow (length, padding, preface)
-};
 
 // The fields of a header block the records use (capped); no other value is kept.
 struct HeaderFields {
@@ -49,15 +40,6 @@ struct HeaderFields {
 bool decode_fields(HpackDecoder& hpack, std::span<const std::uint8_t> block, bool requests, HeaderFields& out);
 int decimal(std::string_view digits);  // -1 when not a decimal number
 
-class StreamSinks {
- public:
-  virtual ~StreamSinks() = default;
-  // The sink of stream `id`, opened on its first use; null: not followed.
-  virtual ExchangeSink* stream(std::uint32_t id) = 0;
-  // Stream `id` is over: its sink heard its last call.
-  virtual void stream_closed(std::uint32_t id) = 0;
-  virtual void on_problem(Problem problem) = 0;
-};
 
 // What a connection's first bytes say: HTTP/2 from the start (a client
 // preface, a server's first SETTINGS), joined mid-way at a DATA frame of an
@@ -65,35 +47,35 @@ class StreamSinks {
 enum class Start : std::uint8_t { not_http2, preface, server_settings, joined };
 Start detect(std::span<const std::uint8_t> head);
 
-class Session {
+class Session : public protocol::Session {
  public:
   static constexpr std::size_t kMaxStreams = 256;
   static constexpr std::size_t kMaxHeaderBlock = 64 * 1024;
   static constexpr std::size_t kMaxControlPayload = 256;
   static constexpr std::size_t kClosedRemembered = 512;  // stream ids whose late frames are ignored
 
-  Session(StreamSinks& sinks, std::size_t request_body_head, const DecoderLimits& decoder_limits = {},
-          const DeclaredFormats* formats = nullptr);
-  ~Session();
+  Session(ExchangeSinks& sinks, const SessionSettings& settings);
+  ~Session() override;
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
   // The first piece with bytes decides the role (false: not HTTP/2).
-  bool decide(Flow flow, std::span<const std::uint8_t> head);
+  Protocol protocol() const override { return Protocol::http2; }
+  bool decide(Flow flow, std::span<const std::uint8_t> head) override;
   // After an HTTP/1.1 `Upgrade: h2c` answered by 101 (the next byte of the
   // responses' direction is the server's first SETTINGS): the upgrade
   // request is stream 1, its response comes as HTTP/2.
   void start_upgraded(Role role, const RequestInfo* upgrade_request);
-  Role role() const { return role_; }
-  bool accepts(Flow flow) const;
-  bool carries_responses(Flow flow) const { return role_ != Role::unknown && (flow == Flow::outbound) == (role_ == Role::server); }
+  Role role() const override { return role_; }
+  bool accepts(Flow flow) const override;
+  bool carries_responses(Flow flow) const override { return role_ != Role::unknown && (flow == Flow::outbound) == (role_ == Role::server); }
 
-  void feed(Flow flow, const Piece& piece);
-  void gap(Flow flow, std::uint64_t n, TimestampNs ts);
-  void end(Flow flow, TimestampNs ts);
-  void close(TimestampNs ts);
+  void feed(Flow flow, const Piece& piece) override;
+  void gap(Flow flow, std::uint64_t n, TimestampNs ts) override;
+  void end(Flow flow, TimestampNs ts) override;
+  void close(TimestampNs ts) override;
   // Ends stream `id`'s response `cut_short` (idle); the connection goes on.
-  void abandon_stream(std::uint32_t id, TimestampNs ts);
+  void abandon(std::uint64_t id, TimestampNs ts) override;
   std::size_t live_streams() const { return streams_.size(); }
 
  private:
@@ -137,7 +119,7 @@ class Session {
   void note_all_windows(TimestampNs ts, std::uint32_t ending = 0);
   ExchangeSink* sink(const Stream& s);
 
-  StreamSinks& sinks_;
+  ExchangeSinks& sinks_;
   const std::size_t request_body_head_;
   const DecoderLimits decoder_limits_;
   const DeclaredFormats* formats_;

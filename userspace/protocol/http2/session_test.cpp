@@ -56,17 +56,19 @@ struct StreamLog : ExchangeSink {
   void on_parse_error(ParseError, bool) override {}
 };
 
-struct Sinks : StreamSinks {
-  std::map<std::uint32_t, StreamLog> streams;
-  std::vector<std::uint32_t> closed;
+using Problem = SessionProblem;
+
+struct Sinks : ExchangeSinks {
+  std::map<std::uint64_t, StreamLog> streams;
+  std::vector<std::uint64_t> closed;
   std::map<Problem, int> problems;
   std::size_t limit = 1000;
-  ExchangeSink* stream(std::uint32_t id) override {
+  ExchangeSink* exchange(std::uint64_t id) override {
     if (!streams.count(id) && streams.size() >= limit) return nullptr;
     return &streams[id];
   }
-  void stream_closed(std::uint32_t id) override { closed.push_back(id); }
-  void on_problem(Problem p) override { ++problems[p]; }
+  void exchange_closed(std::uint64_t id) override { closed.push_back(id); }
+  void on_problem(Protocol, Problem p) override { ++problems[p]; }
 };
 
 using Side = testing::Side<Session>;
@@ -76,7 +78,7 @@ const H2Fields kSseHead = {{":status", "200"}, {"content-type", "text/event-stre
 
 struct Http2Session : ::testing::Test {
   Sinks sinks;
-  Session session{sinks, 4096};
+  Session session{sinks, SessionSettings{.request_body_head = 4096}};
   Side out{session, Flow::outbound};
   Side in{session, Flow::inbound};
   H2Builder client, server;
@@ -116,7 +118,7 @@ TEST_F(Http2Session, EachStreamIsAnExchangeWithEventsAtConnectionPositions) {
   EXPECT_EQ(s.end, ResponseEnd::complete);
   ASSERT_TRUE(s.stats);
   EXPECT_EQ(s.stats->data_frames, 2u);
-  EXPECT_EQ(sinks.closed, std::vector<std::uint32_t>{1});
+  EXPECT_EQ(sinks.closed, std::vector<std::uint64_t>{1});
 }
 
 TEST_F(Http2Session, ByteWisePiecesGiveTheSameEvents) {
@@ -365,7 +367,7 @@ TEST_F(Http2Session, StreamsBeyondTheBoundAreNotFollowed) {
   client_start(1);
   for (std::uint32_t id = 3; id < 2 * (Session::kMaxStreams + 10); id += 2) out.send(client.headers(id, kRequest, true), 4);
   EXPECT_EQ(session.live_streams(), Session::kMaxStreams);
-  EXPECT_GT(sinks.problems[Problem::streams_over_limit], 0);
+  EXPECT_GT(sinks.problems[Problem::exchanges_over_limit], 0);
 }
 
 TEST_F(Http2Session, ControlFramesBetweenDataFramesAreReadAndSkipped) {
@@ -422,7 +424,7 @@ TEST(Http2Detect, FirstBytesSayWhetherAConnectionIsHttp2) {
 
 TEST(Http2Detect, ServerSettingsFirstMakesTheServerRole) {
   Sinks sinks;
-  Session session(sinks, 4096);
+  Session session(sinks, SessionSettings{.request_body_head = 4096});
   const std::string settings = H2Builder::settings({{0x4, 65535}});
   ASSERT_TRUE(session.decide(Flow::outbound, as_bytes(settings)));
   EXPECT_EQ(session.role(), Role::server);
