@@ -95,6 +95,9 @@ enum class Key : std::uint8_t {
   sampling_params,
   generationConfig,
   maxOutputTokens,
+  response_id,     // realtime: the response a message belongs to
+  status_details,  // realtime: response.status_details
+  reason,
 };
 
 Key lookup_key(std::string_view k);
@@ -223,6 +226,8 @@ struct EventFacts {
   Str error_type, error_code, error_message_str, top_code;
   Str msg_id, msg_model;
   Str resp_id, resp_model, resp_status, resp_error_code;
+  // Realtime: "response_id", and response.status_details' reason, error.type and error.code.
+  Str realtime_response_id, details_reason, details_error_type, details_error_code;
   Str delta_type, delta_string;
   std::string top_code_number;  // numeric "code" (vLLM error responses) rendered as text
   std::string error_code_number;
@@ -306,6 +311,7 @@ inline Key lookup_key(std::string_view k) {
       if (k == "object") return Key::object;
       if (k == "status") return Key::status;
       if (k == "stream") return Key::stream;
+      if (k == "reason") return Key::reason;
       return Key::other;
     case 7:
       if (k == "choices") return Key::choices;
@@ -345,6 +351,7 @@ inline Key lookup_key(std::string_view k) {
       if (k == "predicted_n") return Key::predicted_n;
       if (k == "text_output") return Key::text_output;
       if (k == "num_predict") return Key::num_predict;
+      if (k == "response_id") return Key::response_id;
       return Key::other;
     case 12:
       if (k == "input_tokens") return Key::input_tokens;
@@ -366,6 +373,7 @@ inline Key lookup_key(std::string_view k) {
       if (k == "generated_text") return Key::generated_text;
       if (k == "max_new_tokens") return Key::max_new_tokens;
       if (k == "stream_options") return Key::stream_options;
+      if (k == "status_details") return Key::status_details;
       return Key::other;
     case 15:
       if (k == "sampling_params") return Key::sampling_params;
@@ -484,6 +492,7 @@ inline void EventFacts::string_at_top(Key k, std::string_view v, bool complete) 
     case Key::modelVersion: n.model_version.set(v, complete); break;
     case Key::responseId: n.gemini_response_id.set(v, complete); break;
     case Key::error_type: n.tgi_error_type.set(v, complete); break;
+    case Key::response_id: realtime_response_id.set(v, complete); break;
     case Key::generated_text: n.generated_text_seen = true; break;
     default: break;
   }
@@ -522,6 +531,7 @@ inline void EventFacts::string_deeper(const Path& p, std::string_view v, bool co
       if (p.is({Key::choices, Key::element, Key::finish_reason})) finish_reason.set(v, complete);
       if (p.is({Key::choices, Key::element, Key::text})) note_content(v, complete);
       if (p.is({Key::response, Key::error, Key::code})) resp_error_code.set(v, complete);
+      if (p.is({Key::response, Key::status_details, Key::reason})) details_reason.set(v, complete);
       if (p.is({Key::meta_info, Key::finish_reason, Key::type})) n.meta_finish.set(v, complete);
       if (p.is({Key::candidates, Key::element, Key::finishReason})) n.gemini_finish.set(v, complete);
       return;
@@ -537,6 +547,8 @@ inline void EventFacts::string_deeper(const Path& p, std::string_view v, bool co
         }
       }
       if (p.is({Key::choices, Key::element, Key::message, Key::content})) note_content(v, complete);
+      if (p.is({Key::response, Key::status_details, Key::error, Key::type})) details_error_type.set(v, complete);
+      if (p.is({Key::response, Key::status_details, Key::error, Key::code})) details_error_code.set(v, complete);
       return;
     case 6:
       if (p.is({Key::candidates, Key::element, Key::content, Key::parts, Key::element, Key::text}))

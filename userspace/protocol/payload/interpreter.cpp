@@ -46,6 +46,7 @@ std::string_view to_string(Dialect d) {
     case Dialect::gemini: return "gemini";
     case Dialect::declared: return "declared";
     case Dialect::grpc: return "grpc";
+    case Dialect::openai_realtime: return "openai_realtime";
   }
   return "unknown";
 }
@@ -162,6 +163,47 @@ void classify_responses(std::string_view type, const EventFacts& f, bool partial
   }
 }
 
+// Realtime deltas that carry generated output; *audio: base64 audio.
+bool is_realtime_delta(std::string_view t, bool* audio) {
+  *audio = t == "response.output_audio.delta" || t == "response.audio.delta";
+  return *audio || t == "response.output_text.delta" || t == "response.text.delta" ||
+         t == "response.output_audio_transcript.delta" || t == "response.audio_transcript.delta";
+}
+
+// Realtime messages (GA names, and the beta names Qwen-Omni also speaks):
+// deltas are token events, response.done ends the response with its usage
+// and status (failed: an error; cancelled, incomplete: the reason why).
+void classify_realtime(std::string_view type, const EventFacts& f, bool parsed, bool partial, EventMeaning& m) {
+  m.dialect = Dialect::openai_realtime;
+  assign_capped(m.response_id, first_nonempty({f.realtime_response_id.proven(), f.resp_id.proven()}));
+  bool audio = false;
+  if (!parsed) {
+    m.kind = EventKind::unparsed;
+  } else if (is_realtime_delta(type, &audio)) {
+    m.audio = audio;
+    if (f.delta_string.nonempty()) {
+      m.kind = EventKind::content;
+    } else {
+      m.kind = f.delta_string.empty_complete() || !partial ? EventKind::empty : EventKind::unparsed;
+    }
+  } else if (type == "response.done") {
+    m.ends_stream = true;
+    const std::string_view status = f.resp_status.proven();
+    m.kind = status == "failed" ? EventKind::error : EventKind::done;
+    if (m.kind == EventKind::error) {
+      assign_capped(m.error_type, first_nonempty({f.details_error_type.proven(), f.details_error_code.proven()}));
+    } else {
+      const bool stopped = status == "cancelled" || status == "incomplete";
+      assign_capped(m.finish_reason, stopped ? first_nonempty({f.details_reason.proven(), status}) : status);
+    }
+  } else if (type == "error") {
+    m.kind = EventKind::error;
+    assign_capped(m.error_type, first_nonempty({f.error_type.proven(), f.error_code.proven()}));
+  } else {
+    m.kind = EventKind::control;
+  }
+}
+
 // Reads one event's JSON into facts: simdjson when it is whole, the prefix
 // scanner otherwise. *partial is set when the scanner had to read it.
 bool read_facts(std::string_view body, bool truncated, EventFacts& facts, bool* partial) {
@@ -227,6 +269,7 @@ Dialect dialect_of_path(std::string_view path) {
   if (ends_with(path, "/responses")) return Dialect::openai_responses;
   if (ends_with(path, "/messages")) return Dialect::anthropic;
   if (ends_with(path, "/completions")) return Dialect::openai;
+  if (ends_with(path, "/realtime")) return Dialect::openai_realtime;
   return Dialect::unknown;
 }
 
@@ -256,7 +299,12 @@ EventMeaning interpret_event(const EventContext& ctx, std::string_view event_typ
   // The JSON "type" wins; the SSE event name stands in when it was cut or absent.
   std::string_view type = facts.type.proven();
   if (type.empty() && event_type != "message") type = event_type;
-  detect_and_classify(ctx, type, facts, parsed, partial, meaning);
+  // Realtime names overlap the Responses API's: only its path says realtime.
+  if (ctx.dialect == Dialect::openai_realtime || ctx.path_hint == Dialect::openai_realtime) {
+    classify_realtime(type, facts, parsed, partial, meaning);
+  } else {
+    detect_and_classify(ctx, type, facts, parsed, partial, meaning);
+  }
   if (!is_native(meaning.dialect)) {
     // Usage wherever the dialect puts it (all cumulative).
     meaning.prompt_tokens = facts.prompt_tokens;

@@ -1,7 +1,8 @@
 // Meaning of one event of an inference API stream (an SSE event or an NDJSON
 // line). OpenAI-compatible chat and text completions (vLLM, TGI, SGLang,
 // llama.cpp, Ollama /v1, LiteLLM), the OpenAI Responses API and Anthropic
-// Messages; the servers' own APIs: Ollama /api/chat and /api/generate, TGI
+// Messages; realtime APIs' WebSocket messages (OpenAI Realtime, Qwen-Omni);
+// the servers' own APIs: Ollama /api/chat and /api/generate, TGI
 // /generate_stream, llama.cpp /completion, SGLang /generate, vLLM's /generate,
 // Triton generate_stream, Gemini streamGenerateContent; and the formats a
 // configuration declares (protocol/payload/declared.h). Complete JSON is
@@ -39,6 +40,7 @@ enum class Dialect : std::uint8_t {
   gemini,    // streamGenerateContent?alt=sse: {"candidates":[...],"usageMetadata":{...}}
   declared,  // a format from the configuration
   grpc,      // gRPC messages (HTTP/2): each message is an event; its content needs a schema and is not read
+  openai_realtime,  // realtime API messages over WebSocket (OpenAI Realtime GA and beta names, Qwen-Omni): path .../realtime
 };
 
 enum class EventKind : std::uint8_t {
@@ -70,6 +72,7 @@ struct EventMeaning {
   std::optional<std::uint64_t> prompt_tokens;
   bool from_partial = false;  // decided from a truncated payload
   bool ends_stream = false;   // the dialect's own end of the stream (it may carry content too)
+  bool audio = false;         // an audio delta (realtime): its content is audio, not text
   // Dialects whose events repeat the whole output so far (SGLang, vLLM's
   // /generate, a declared `cumulative` format): its length in bytes, a lower
   // bound when the capture cut it (output_cut). StreamEventInterpreter turns

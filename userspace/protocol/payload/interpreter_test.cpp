@@ -323,6 +323,98 @@ TEST(Payload, SystemFingerprint) {
 TEST(Payload, ToString) {
   EXPECT_EQ(to_string(EventKind::usage_only), "usage_only");
   EXPECT_EQ(to_string(Dialect::openai_responses), "openai_responses");
+  EXPECT_EQ(to_string(Dialect::openai_realtime), "openai_realtime");
+}
+
+// Realtime messages, as the websocket session hands them (type: the JSON "type").
+EventMeaning realtime(std::string_view data, bool truncated = false) {
+  EventContext ctx;
+  ctx.path_hint = dialect_of_path("/v1/realtime?model=gpt-realtime");
+  return interpret_event(ctx, "", data, truncated);
+}
+
+TEST(Payload, RealtimeIsChosenByItsPathOnly) {
+  EXPECT_EQ(dialect_of_path("/v1/realtime?model=gpt-realtime"), Dialect::openai_realtime);
+  EXPECT_EQ(dialect_of_path("/api-ws/v1/realtime"), Dialect::openai_realtime);
+  EXPECT_EQ(dialect_of_path("/openai/realtime/?api-version=2025-04-01-preview"), Dialect::openai_realtime);
+  EXPECT_EQ(dialect_of_path("/v1/realtime/sessions"), Dialect::unknown);
+  const std::string delta = R"({"type":"response.output_text.delta","response_id":"resp_1","delta":"Hi"})";
+  // The same names elsewhere are the Responses API's, as before.
+  EXPECT_EQ(interpret_event("", delta, false).dialect, Dialect::openai_responses);
+  EXPECT_EQ(realtime(delta).dialect, Dialect::openai_realtime);
+}
+
+TEST(Payload, RealtimeDeltas) {
+  const EventMeaning text = realtime(
+      R"({"type":"response.output_text.delta","event_id":"e","response_id":"resp_1","item_id":"i","output_index":0,"content_index":0,"delta":"Hi"})");
+  EXPECT_EQ(text.kind, EventKind::content);
+  EXPECT_EQ(text.dialect, Dialect::openai_realtime);
+  EXPECT_EQ(text.response_id, "resp_1");
+  EXPECT_FALSE(text.audio);
+  const EventMeaning audio = realtime(R"({"type":"response.output_audio.delta","response_id":"resp_1","delta":"AAAA"})");
+  EXPECT_EQ(audio.kind, EventKind::content);
+  EXPECT_TRUE(audio.audio);
+  EXPECT_TRUE(realtime(R"({"type":"response.audio.delta","response_id":"r","delta":"AAAA"})").audio);  // beta
+  for (std::string_view type : {"response.text.delta", "response.audio_transcript.delta",
+                                "response.output_audio_transcript.delta"}) {
+    const EventMeaning m = realtime(R"({"type":")" + std::string(type) + R"(","response_id":"r","delta":"x"})");
+    EXPECT_EQ(m.kind, EventKind::content) << type;
+    EXPECT_FALSE(m.audio) << type;
+  }
+  EXPECT_EQ(realtime(R"({"type":"response.output_text.delta","response_id":"r","delta":""})").kind, EventKind::empty);
+  // A delta the capture cut: what its head proves.
+  const EventMeaning cut = realtime(R"({"type":"response.output_audio.delta","response_id":"r","delta":"AAAAAAAA)", true);
+  EXPECT_EQ(cut.kind, EventKind::content);
+  EXPECT_TRUE(cut.from_partial);
+  EXPECT_EQ(realtime(R"({"type":"response.output_text.delta","response_id":"r","del)", true).kind, EventKind::unparsed);
+}
+
+TEST(Payload, RealtimeResponseEnds) {
+  const EventMeaning created = realtime(R"({"type":"response.created","response":{"id":"resp_1","status":"in_progress","usage":null}})");
+  EXPECT_EQ(created.kind, EventKind::control);
+  EXPECT_EQ(created.response_id, "resp_1");
+  const EventMeaning done = realtime(
+      R"({"type":"response.done","response":{"id":"resp_1","status":"completed","status_details":null,"output":[{"type":"message","content":[{"type":"output_text","text":"Hi"}]}],)"
+      R"("usage":{"total_tokens":30,"input_tokens":10,"output_tokens":20,"input_token_details":{"cached_tokens":0}}}})");
+  EXPECT_EQ(done.kind, EventKind::done);
+  EXPECT_TRUE(done.ends_stream);
+  EXPECT_EQ(done.response_id, "resp_1");
+  EXPECT_EQ(done.finish_reason, "completed");
+  EXPECT_EQ(done.prompt_tokens, 10u);
+  EXPECT_EQ(done.completion_tokens, 20u);
+  const EventMeaning failed = realtime(
+      R"({"type":"response.done","response":{"id":"r","status":"failed","status_details":{"type":"failed","error":{"type":"server_error","code":"overloaded"}}}})");
+  EXPECT_EQ(failed.kind, EventKind::error);
+  EXPECT_TRUE(failed.ends_stream);
+  EXPECT_EQ(failed.error_type, "server_error");
+  const EventMeaning coded = realtime(
+      R"({"type":"response.done","response":{"id":"r","status":"failed","status_details":{"error":{"code":"rate_limit_exceeded"}}}})");
+  EXPECT_EQ(coded.error_type, "rate_limit_exceeded");
+  const EventMeaning cancelled = realtime(
+      R"({"type":"response.done","response":{"id":"r","status":"cancelled","status_details":{"type":"cancelled","reason":"turn_detected"}}})");
+  EXPECT_EQ(cancelled.kind, EventKind::done);
+  EXPECT_EQ(cancelled.finish_reason, "turn_detected");
+  const EventMeaning incomplete = realtime(
+      R"({"type":"response.done","response":{"id":"r","status":"incomplete","status_details":{"type":"incomplete","reason":"max_output_tokens"}}})");
+  EXPECT_EQ(incomplete.finish_reason, "max_output_tokens");
+  const EventMeaning error = realtime(
+      R"({"type":"error","event_id":"e","error":{"type":"invalid_request_error","code":"invalid_value","message":"m"}})");
+  EXPECT_EQ(error.kind, EventKind::error);
+  EXPECT_EQ(error.error_type, "invalid_request_error");
+  EXPECT_EQ(realtime(R"({"type":"session.updated","session":{"output_audio_format":"pcm16"}})").kind, EventKind::control);
+  EXPECT_EQ(realtime("not json").kind, EventKind::unparsed);
+}
+
+TEST(StreamEventInterpreter, RealtimeStreamByItsPath) {
+  StreamEventInterpreter it;
+  it.begin({.path = "/v1/realtime?model=gpt-realtime", .framing = EventFraming::websocket});
+  const std::string delta = R"({"type":"response.output_audio.delta","response_id":"r","delta":"AAAA"})";
+  const EventMeaning& m = it.interpret("response.output_audio.delta", delta, false);
+  EXPECT_EQ(m.dialect, Dialect::openai_realtime);
+  EXPECT_TRUE(m.audio);
+  EXPECT_EQ(it.context().dialect, Dialect::openai_realtime);
+  EXPECT_TRUE(it.interpret("response.output_audio.delta", delta, false).audio);  // from the memo too
+  EXPECT_EQ(it.memo_hits(), 1u);
 }
 
 }  // namespace

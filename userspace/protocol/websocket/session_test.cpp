@@ -1,0 +1,500 @@
+// The websocket session from realtime conversations the test encoder writes:
+// each response its own exchange with its request, events at the stream
+// position past their last frame, server VAD, session traffic counted,
+// audio, overlapping responses, closes, permessage-deflate with and without
+// context takeover, holes and lost sync.
+#include "protocol/websocket/session.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "protocol/websocket/test_encoder.h"
+#include "support/session_side.h"
+
+namespace infertap::protocol::websocket {
+namespace {
+
+using testing::Compressor;
+
+struct Event {
+  std::string type, data;
+  TimestampNs ts = 0, first_byte_ts = 0;
+  std::uint64_t body_offset = 0;
+  std::uint32_t wire_bytes = 0;
+  bool truncated = false;
+  std::optional<std::uint64_t> end_position;
+  bool exact = false;
+};
+
+struct ExchangeLog : ExchangeSink {
+  std::optional<RequestInfo> request;
+  std::optional<ResponseInfo> info;
+  std::string info_target;  // through ResponseInfo::request
+  std::vector<Event> events;
+  std::uint64_t body = 0, gaps = 0;
+  std::vector<Undecodable> undecodable;
+  std::optional<MessageStats> stats;
+  std::optional<ResponseEnd> end;
+  TimestampNs end_ts = 0;
+  std::vector<std::string> calls;
+
+  void on_request_end(const RequestInfo& r) override {
+    calls.push_back("request");
+    request = r;
+  }
+  void on_response(const ResponseInfo& r) override {
+    calls.push_back("response");
+    info = r;
+    if (r.request) info_target = r.request->target;
+    info->request = nullptr;
+  }
+  void on_event(const StreamEvent& e) override {
+    calls.push_back("event");
+    events.push_back({std::string(e.type), std::string(e.data), e.ts, e.first_byte_ts, e.body_offset, e.wire_bytes,
+                      e.truncated, e.end_position, e.end_position_exact});
+  }
+  void on_body_bytes(std::uint64_t n) override { body += n; }
+  void on_body_gap(std::uint64_t n) override { gaps += n; }
+  void on_body_undecodable(Undecodable why) override { undecodable.push_back(why); }
+  void on_message_stats(const MessageStats& s) override {
+    calls.push_back("stats");
+    stats = s;
+  }
+  void on_response_end(TimestampNs ts, ResponseEnd how) override {
+    calls.push_back("end");
+    end = how;
+    end_ts = ts;
+  }
+  void on_parse_error(ParseError, bool) override {}
+};
+
+struct Sinks : ExchangeSinks {
+  std::map<std::uint64_t, ExchangeLog> exchanges;
+  std::vector<std::uint64_t> closed;
+  std::map<SessionProblem, int> problems;
+  ExchangeSink* exchange(std::uint64_t id) override { return &exchanges[id]; }
+  void exchange_closed(std::uint64_t id) override { closed.push_back(id); }
+  void on_problem(Protocol p, SessionProblem problem) override {
+    EXPECT_EQ(p, Protocol::websocket);
+    ++problems[problem];
+  }
+  ExchangeLog& nth(std::uint64_t n) { return exchanges.at(kUpgradedIdBase + n); }
+};
+
+using Side = ::infertap::testing::Side<protocol::Session>;
+
+constexpr std::uint64_t kServerStart = 180, kClientStart = 250;  // past the 101 head, past the upgrade request
+
+std::string created(std::string_view id) {
+  return R"({"type":"response.created","event_id":"e1","response":{"object":"realtime.response","id":")" +
+         std::string(id) + R"(","status":"in_progress","output":[]}})";
+}
+std::string text_delta(std::string_view id, std::string_view text) {
+  return R"({"type":"response.output_text.delta","event_id":"e2","response_id":")" + std::string(id) +
+         R"(","item_id":"item_1","output_index":0,"content_index":0,"delta":")" + std::string(text) + "\"}";
+}
+std::string audio_delta(std::string_view id, std::string_view base64) {
+  return R"({"type":"response.output_audio.delta","event_id":"e3","response_id":")" + std::string(id) +
+         R"(","item_id":"item_1","output_index":0,"content_index":0,"delta":")" + std::string(base64) + "\"}";
+}
+std::string done(std::string_view id) {
+  return R"({"type":"response.done","event_id":"e9","response":{"object":"realtime.response","id":")" + std::string(id) +
+         R"(","status":"completed","usage":{"total_tokens":30,"input_tokens":10,"output_tokens":20}}})";
+}
+const std::string kRateLimits = R"({"type":"rate_limits.updated","event_id":"e4","rate_limits":[{"name":"tokens","remaining":100}]})";
+const std::string kCreate = R"({"type":"response.create","response":{"modalities":["text"],"instructions":"Be brief."}})";
+const std::string kAppend = R"({"type":"input_audio_buffer.append","audio":"AAAA"})";
+
+// A traced server (or client) after a 101, with both directions' senders.
+struct Conversation {
+  Conversation(Role role, std::string extensions = "", std::size_t body_head = 4096) {
+    upgrade.method = "GET";
+    upgrade.target = "/v1/realtime?model=gpt-realtime";
+    start.role = role;
+    start.request = &upgrade;
+    start.upgrade = "websocket";
+    start.extensions = std::move(extensions);
+    start.ts = 1;
+    start.outbound_position = role == Role::server ? kServerStart : kClientStart;
+    start.inbound_position = role == Role::server ? kClientStart : kServerStart;
+    settings.request_body_head = body_head;
+    session = make_upgraded(start, sinks, settings);
+    to_client.emplace(Side{*session, role == Role::server ? Flow::outbound : Flow::inbound, kServerStart});
+    to_server.emplace(Side{*session, role == Role::server ? Flow::inbound : Flow::outbound, kClientStart});
+  }
+
+  // One message from the server (compressed when `c` is given), its end position.
+  std::uint64_t server(std::string_view json, TimestampNs ts, Compressor* c = nullptr) {
+    to_client->send(testing::message(json, Sender::server, c), ts);
+    return to_client->position;
+  }
+  void client(std::string_view json, TimestampNs ts, Compressor* c = nullptr) {
+    to_server->send(testing::message(json, Sender::client, c), ts);
+  }
+  // resp_1, compressed: created, a delta the capture cut, a delta, done.
+  void response_with_a_holed_message(Compressor& c) {
+    server(created("resp_1"), 1, &c);
+    const std::string wire = testing::message(text_delta("resp_1", std::string(400, 'x')), Sender::server, &c);
+    to_client->send_with_hole(wire, 6, 2, 2);
+    server(text_delta("resp_1", "y"), 3, &c);
+    server(done("resp_1"), 4, &c);
+  }
+
+  Sinks sinks;
+  RequestInfo upgrade;
+  UpgradeStart start;
+  SessionSettings settings;
+  std::unique_ptr<protocol::Session> session;
+  std::optional<Side> to_client, to_server;
+};
+
+TEST(WebsocketSession, MadeOnlyForAWebsocketUpgrade) {
+  Sinks sinks;
+  UpgradeStart start;
+  start.role = Role::server;
+  start.upgrade = "h2c";
+  EXPECT_EQ(make_upgraded(start, sinks, {}), nullptr);
+  start.upgrade = "websocket";
+  const auto s = make_upgraded(start, sinks, {});
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->protocol(), Protocol::websocket);
+  EXPECT_EQ(s->role(), Role::server);
+  EXPECT_TRUE(s->carries_responses(Flow::outbound));
+  EXPECT_FALSE(s->carries_responses(Flow::inbound));
+  EXPECT_FALSE(s->decide(Flow::outbound, {}));
+  start.role = Role::client;
+  EXPECT_TRUE(make_upgraded(start, sinks, {})->carries_responses(Flow::inbound));
+}
+
+TEST(WebsocketSession, AResponsesEventsWithTheRequestThatAskedForIt) {
+  Conversation c(Role::server);
+  c.server(R"({"type":"session.created","event_id":"e0","session":{"id":"sess_1"}})", 5);
+  c.client(R"({"type":"session.update","session":{"instructions":"x"}})", 8);
+  c.client(kCreate, 10);
+  const std::uint64_t created_at = c.to_client->position;
+  const std::uint64_t e1 = c.server(created("resp_1"), 20);
+  c.server(kRateLimits, 21);
+  const std::uint64_t e2 = c.server(text_delta("resp_1", "Hel"), 22);
+  const std::uint64_t e3 = c.server(text_delta("resp_1", "lo"), 23);
+  const std::uint64_t e4 = c.server(done("resp_1"), 24);
+
+  ASSERT_EQ(c.sinks.exchanges.size(), 1u);
+  const ExchangeLog& x = c.sinks.nth(0);
+  EXPECT_EQ(x.calls, (std::vector<std::string>{"request", "response", "event", "event", "event", "event", "stats", "end"}));
+  ASSERT_TRUE(x.request);
+  EXPECT_EQ(x.request->method, "GET");
+  EXPECT_EQ(x.request->target, "/v1/realtime?model=gpt-realtime");
+  EXPECT_EQ(x.request->start_ns, 10u);
+  EXPECT_EQ(x.request->end_ns, 10u);
+  EXPECT_TRUE(x.request->complete);
+  EXPECT_EQ(x.request->body_head, kCreate);
+  EXPECT_EQ(x.request->body_bytes, kCreate.size());
+  ASSERT_TRUE(x.info);
+  EXPECT_EQ(x.info->exchange, kUpgradedIdBase);
+  EXPECT_EQ(x.info->status, 101);
+  EXPECT_EQ(x.info->content_type, "application/json");
+  EXPECT_TRUE(x.info->event_stream);
+  EXPECT_EQ(x.info->event_framing, EventFraming::websocket);
+  EXPECT_EQ(x.info->protocol, Protocol::websocket);
+  EXPECT_EQ(x.info->http_version, HttpVersion::http1_1);
+  EXPECT_EQ(x.info->framing, BodyFraming::none);
+  EXPECT_EQ(x.info->head_ns, 20u);
+  EXPECT_EQ(x.info_target, "/v1/realtime?model=gpt-realtime");
+
+  ASSERT_EQ(x.events.size(), 4u);
+  EXPECT_EQ(x.events[0].type, "response.created");
+  EXPECT_EQ(x.events[1].type, "response.output_text.delta");
+  EXPECT_EQ(x.events[1].data, text_delta("resp_1", "Hel"));
+  EXPECT_EQ(x.events[3].type, "response.done");
+  EXPECT_EQ(x.events[0].end_position, e1);
+  EXPECT_EQ(x.events[1].end_position, e2);
+  EXPECT_EQ(x.events[2].end_position, e3);
+  EXPECT_EQ(x.events[3].end_position, e4);
+  EXPECT_TRUE(x.events[3].exact);
+  EXPECT_EQ(x.events[2].ts, 23u);
+  EXPECT_EQ(x.events[2].first_byte_ts, 23u);
+  // Offsets count this response's wire bytes only (not the rate limits between).
+  EXPECT_EQ(x.events[0].body_offset, 0u);
+  EXPECT_EQ(x.events[0].wire_bytes, e1 - created_at);
+  EXPECT_EQ(x.events[1].body_offset, e1 - created_at);
+  EXPECT_EQ(x.events[3].wire_bytes, e4 - e3);
+  EXPECT_EQ(x.body, x.events[0].wire_bytes + x.events[1].wire_bytes + x.events[2].wire_bytes + x.events[3].wire_bytes);
+  EXPECT_EQ(x.end, ResponseEnd::complete);
+  EXPECT_EQ(x.end_ts, 24u);
+  ASSERT_TRUE(x.stats);
+  EXPECT_EQ(x.stats->frames, 4u);
+  EXPECT_EQ(x.stats->other_messages, 2u);  // session.created before it, rate_limits.updated during it
+  EXPECT_EQ(x.stats->client_messages, 0u);
+  EXPECT_EQ(x.stats->control_frames, 0u);
+  EXPECT_FALSE(x.stats->compressed);
+  EXPECT_FALSE(x.stats->close_code);
+  EXPECT_EQ(c.sinks.closed, std::vector<std::uint64_t>{kUpgradedIdBase});
+  EXPECT_EQ(static_cast<websocket::Session&>(*c.session).open_responses(), 0u);
+  EXPECT_TRUE(c.sinks.problems.empty());
+}
+
+TEST(WebsocketSession, ServerVadResponseAnswersTheLastClientMessage) {
+  Conversation c(Role::server);
+  c.client(kAppend, 1);
+  const std::string last = R"({"type":"input_audio_buffer.append","audio":"BBBB"})";
+  c.client(last, 2);
+  c.server(R"({"type":"input_audio_buffer.speech_stopped","event_id":"e","audio_end_ms":900,"item_id":"i"})", 3);
+  c.server(R"({"type":"input_audio_buffer.committed","event_id":"e","item_id":"i"})", 4);
+  c.server(created("resp_1"), 5);
+  c.client(kAppend, 6);  // the user goes on talking
+  c.server(text_delta("resp_1", "ok"), 7);
+  c.server(done("resp_1"), 8);
+  // The next response answers what the user said meanwhile.
+  c.server(created("resp_2"), 20);
+  c.server(done("resp_2"), 21);
+  // One with no client message since the last opened: its own start.
+  c.server(created("resp_3"), 30);
+  c.server(done("resp_3"), 31);
+
+  const ExchangeLog& first = c.sinks.nth(0);
+  ASSERT_TRUE(first.request);
+  EXPECT_EQ(first.request->end_ns, 2u);
+  EXPECT_EQ(first.request->body_head, last);
+  ASSERT_TRUE(first.stats);
+  EXPECT_EQ(first.stats->client_messages, 1u);
+  EXPECT_EQ(first.stats->other_messages, 2u);
+  ASSERT_TRUE(c.sinks.nth(1).request);
+  EXPECT_EQ(c.sinks.nth(1).request->end_ns, 6u);
+  const ExchangeLog& third = c.sinks.nth(2);
+  ASSERT_TRUE(third.request);
+  EXPECT_EQ(third.request->start_ns, 30u);
+  EXPECT_EQ(third.request->end_ns, 30u);
+  EXPECT_EQ(third.request->body_head, "");
+  EXPECT_EQ(third.request->target, "/v1/realtime?model=gpt-realtime");
+  EXPECT_EQ(third.end, ResponseEnd::complete);
+}
+
+TEST(WebsocketSession, AudioBytesInTheDeclaredFormat) {
+  Conversation c(Role::server);
+  c.server(R"({"type":"session.created","session":{"output_audio_format":"pcm16"}})", 1);
+  c.client(kCreate, 2);
+  c.server(created("resp_1"), 3);
+  c.server(audio_delta("resp_1", "AAAAAAAA"), 4);  // 6 bytes
+  c.server(audio_delta("resp_1", "AAAAAA=="), 5);  // 4 bytes
+  // A long delta the capture cut: counted from its length on the wire.
+  const std::string big = audio_delta("resp_1", std::string(8000, 'A'));
+  c.to_client->send_with_hole(testing::message(big, Sender::server), 300, 10, 6);
+  c.server(R"({"type":"response.output_audio_transcript.delta","response_id":"resp_1","delta":"hi"})", 7);
+  c.server(done("resp_1"), 8);
+  const ExchangeLog& x = c.sinks.nth(0);
+  ASSERT_TRUE(x.stats);
+  EXPECT_EQ(x.stats->audio_bytes, 6u + 4u + 6000u);
+  EXPECT_EQ(x.stats->audio_sample_rate, 24000u);
+  EXPECT_EQ(x.stats->audio_bytes_per_sample, 2u);
+  ASSERT_EQ(x.events.size(), 6u);
+  EXPECT_TRUE(x.events[3].truncated);
+  EXPECT_EQ(x.events[3].type, "response.output_audio.delta");
+  EXPECT_EQ(x.events[3].wire_bytes, big.size() + 4);
+  EXPECT_EQ(x.gaps, big.size() + 4 - 310);
+
+  // GA: session.audio.output.format.
+  Conversation ga(Role::server);
+  ga.server(R"({"type":"session.updated","session":{"type":"realtime","audio":{"output":{"format":{"type":"audio/pcmu"}}}}})", 1);
+  ga.server(created("r"), 2);
+  ga.server(audio_delta("r", "AAAA"), 3);
+  ga.server(done("r"), 4);
+  ASSERT_TRUE(ga.sinks.nth(0).stats);
+  EXPECT_EQ(ga.sinks.nth(0).stats->audio_sample_rate, 8000u);
+  EXPECT_EQ(ga.sinks.nth(0).stats->audio_bytes_per_sample, 1u);
+  EXPECT_EQ(ga.sinks.nth(0).stats->audio_bytes, 3u);
+}
+
+TEST(WebsocketSession, SessionTrafficIsCountedNotTold) {
+  Conversation c(Role::server);
+  c.server(R"({"type":"session.created","session":{}})", 1);
+  c.server(R"({"type":"conversation.item.created","item":{"type":"message","response_id":"x"}})", 2);
+  c.to_client->send(testing::message("\x01\x02", Sender::server, nullptr, 0, Opcode::binary), 3);
+  c.to_client->send(testing::frame(Opcode::ping, "k"), 4);  // no response open: not counted
+  c.server(created("resp_1"), 5);
+  c.to_client->send(testing::frame(Opcode::ping, "k"), 6);
+  c.server(R"({"type":"error","event_id":"e","error":{"type":"invalid_request_error","code":"bad"}})", 7);
+  c.server(R"({"type":"response.output_item.added","response_id":"resp_1","item":{"id":"i"}})", 8);
+  c.server(done("resp_1"), 9);
+  const ExchangeLog& x = c.sinks.nth(0);
+  ASSERT_TRUE(x.stats);
+  EXPECT_EQ(x.stats->other_messages, 4u);
+  EXPECT_EQ(x.stats->control_frames, 1u);
+  ASSERT_EQ(x.events.size(), 3u);
+  EXPECT_EQ(x.events[1].type, "response.output_item.added");
+  // After the session closes with nothing open, traffic is dropped.
+  c.server(kRateLimits, 10);
+  c.session->close(11);
+  EXPECT_EQ(c.sinks.exchanges.size(), 1u);
+}
+
+TEST(WebsocketSession, OverlappingResponsesByResponseId) {
+  Conversation c(Role::server);
+  c.client(kCreate, 1);
+  c.server(created("resp_a"), 2);
+  c.client(R"({"type":"response.create","response":{"conversation":"none"}})", 3);
+  c.server(created("resp_b"), 4);
+  c.server(text_delta("resp_b", "b1"), 5);
+  c.server(text_delta("resp_a", "a1"), 6);
+  c.server(R"({"type":"response.output_text.done","text":"?"})", 7);  // no id, two open: neither's
+  c.server(done("resp_a"), 8);
+  c.server(text_delta("resp_b", "b2"), 9);
+  c.server(R"({"type":"response.content_part.done"})", 10);  // no id, one open: its
+  c.server(done("resp_b"), 11);
+  c.server(text_delta("resp_a", "late"), 12);  // ended: opens nothing
+
+  ASSERT_EQ(c.sinks.exchanges.size(), 2u);
+  const ExchangeLog& a = c.sinks.nth(0);
+  const ExchangeLog& b = c.sinks.nth(1);
+  ASSERT_EQ(a.events.size(), 3u);
+  EXPECT_EQ(a.events[1].data, text_delta("resp_a", "a1"));
+  ASSERT_EQ(b.events.size(), 5u);
+  EXPECT_EQ(b.events[1].data, text_delta("resp_b", "b1"));
+  EXPECT_EQ(b.events[3].type, "response.content_part.done");
+  EXPECT_EQ(a.request->end_ns, 1u);
+  EXPECT_EQ(b.request->end_ns, 3u);
+  ASSERT_TRUE(a.stats);
+  EXPECT_EQ(a.stats->other_messages, 3u);  // b's created and delta, the id-less message
+  EXPECT_EQ(a.stats->client_messages, 1u);
+  EXPECT_EQ(a.end, ResponseEnd::complete);
+  EXPECT_EQ(b.end, ResponseEnd::complete);
+  EXPECT_EQ(c.sinks.closed, (std::vector<std::uint64_t>{kUpgradedIdBase, kUpgradedIdBase + 1}));
+}
+
+TEST(WebsocketSession, ResponseWithoutCreatedOpensAtItsFirstMessage) {
+  Conversation c(Role::server);
+  c.server(text_delta("resp_9", "joined"), 5);
+  c.server(done("resp_9"), 6);
+  const ExchangeLog& x = c.sinks.nth(0);
+  ASSERT_TRUE(x.info);
+  EXPECT_EQ(x.info->head_ns, 5u);
+  EXPECT_EQ(x.events.size(), 2u);
+  EXPECT_EQ(x.end, ResponseEnd::complete);
+}
+
+TEST(WebsocketSession, CloseMidResponseCutsItShort) {
+  Conversation c(Role::server);
+  c.server(created("resp_1"), 1);
+  c.server(text_delta("resp_1", "par"), 2);
+  c.to_server->send(testing::frame(Opcode::close, std::string("\x03\xe8", 2), {.masked = true}), 3);
+  const ExchangeLog& x = c.sinks.nth(0);
+  EXPECT_EQ(x.end, ResponseEnd::cut_short);
+  EXPECT_EQ(x.end_ts, 3u);
+  ASSERT_TRUE(x.stats);
+  EXPECT_EQ(x.stats->close_code, 1000);
+  EXPECT_FALSE(c.session->accepts(Flow::inbound));
+  EXPECT_TRUE(c.session->accepts(Flow::outbound));
+  EXPECT_EQ(c.sinks.closed.size(), 1u);
+}
+
+TEST(WebsocketSession, EndsCloseAndAbandon) {
+  Conversation c(Role::client);  // the traced client: server messages come in
+  c.server(created("r1"), 1);
+  c.server(created("r2"), 2);
+  c.session->abandon(kUpgradedIdBase + 1, 3);
+  EXPECT_EQ(c.sinks.nth(1).end, ResponseEnd::cut_short);
+  EXPECT_FALSE(c.sinks.nth(0).end);
+  c.session->end(Flow::inbound, 4);
+  EXPECT_EQ(c.sinks.nth(0).end, ResponseEnd::cut_short);
+  EXPECT_FALSE(c.session->accepts(Flow::inbound));
+  EXPECT_TRUE(c.session->accepts(Flow::outbound));
+  c.session->close(5);
+  EXPECT_FALSE(c.session->accepts(Flow::outbound));
+  EXPECT_EQ(c.sinks.closed.size(), 2u);
+}
+
+TEST(WebsocketSession, OpenResponsesAreBounded) {
+  Conversation c(Role::server);
+  for (std::size_t i = 0; i <= Session::kMaxOpenResponses; ++i) c.server(created("r" + std::to_string(i)), i);
+  EXPECT_EQ(c.sinks.problems[SessionProblem::exchanges_over_limit], 1);
+  EXPECT_EQ(c.sinks.exchanges.size(), Session::kMaxOpenResponses);
+  c.server(text_delta("r16", "x"), 100);  // the refused one's messages open nothing either
+  EXPECT_EQ(c.sinks.problems[SessionProblem::exchanges_over_limit], 1);
+  EXPECT_EQ(c.sinks.exchanges.size(), Session::kMaxOpenResponses);
+}
+
+TEST(WebsocketSession, CompressedMessagesInflateWithExactPositions) {
+  Conversation c(Role::server, "permessage-deflate; client_max_window_bits");
+  Compressor server(true), client(true);
+  c.client(kCreate, 1, &client);
+  const std::uint64_t e1 = c.server(created("resp_1"), 2, &server);
+  const std::uint64_t e2 = c.server(text_delta("resp_1", "Hello"), 3, &server);
+  const std::uint64_t e3 = c.server(text_delta("resp_1", "Hello"), 4, &server);  // against the earlier window
+  c.server(done("resp_1"), 5, &server);
+  const ExchangeLog& x = c.sinks.nth(0);
+  ASSERT_TRUE(x.request);
+  EXPECT_EQ(x.request->body_head, kCreate);
+  ASSERT_EQ(x.events.size(), 4u);
+  EXPECT_EQ(x.events[1].data, text_delta("resp_1", "Hello"));
+  EXPECT_EQ(x.events[2].data, text_delta("resp_1", "Hello"));
+  EXPECT_EQ(x.events[0].end_position, e1);
+  EXPECT_EQ(x.events[1].end_position, e2);
+  EXPECT_EQ(x.events[2].end_position, e3);
+  EXPECT_TRUE(x.events[2].exact);
+  EXPECT_LT(x.events[2].wire_bytes, x.events[1].wire_bytes);
+  ASSERT_TRUE(x.stats);
+  EXPECT_TRUE(x.stats->compressed);
+  EXPECT_EQ(x.stats->inflated_bytes,
+            created("resp_1").size() + 2 * text_delta("resp_1", "Hello").size() + done("resp_1").size());
+  EXPECT_TRUE(c.sinks.problems.empty());
+}
+
+TEST(WebsocketSession, HoleInACompressedMessageWithTakeoverLosesTheDirection) {
+  Conversation c(Role::server, "permessage-deflate");
+  Compressor server(true);
+  c.response_with_a_holed_message(server);
+  EXPECT_EQ(c.sinks.problems[SessionProblem::undecodable], 1);  // once
+  const ExchangeLog& x = c.sinks.nth(0);
+  EXPECT_EQ(x.events.size(), 1u);
+  EXPECT_EQ(x.undecodable, std::vector<ExchangeSink::Undecodable>{ExchangeSink::Undecodable::capture_hole});
+  EXPECT_FALSE(x.end);  // its response.done could not be read
+  c.session->close(5);
+  EXPECT_EQ(x.end, ResponseEnd::cut_short);
+}
+
+TEST(WebsocketSession, HoleInACompressedMessageWithoutTakeoverCostsThatMessage) {
+  Conversation c(Role::server, "permessage-deflate; server_no_context_takeover; client_no_context_takeover");
+  Compressor server(false);
+  c.response_with_a_holed_message(server);
+  EXPECT_EQ(c.sinks.problems[SessionProblem::undecodable], 1);
+  const ExchangeLog& x = c.sinks.nth(0);
+  ASSERT_EQ(x.events.size(), 3u);
+  EXPECT_EQ(x.events[1].data, text_delta("resp_1", "y"));
+  EXPECT_EQ(x.end, ResponseEnd::complete);
+}
+
+TEST(WebsocketSession, ResyncAfterAGapSwallowingAHeader) {
+  Conversation c(Role::server);
+  c.server(created("resp_1"), 1);
+  c.server(text_delta("resp_1", "a"), 2);
+  const std::string lost = testing::message(text_delta("resp_1", "b"), Sender::server);
+  c.session->gap(Flow::outbound, lost.size(), 3);
+  c.to_client->position += lost.size();
+  const std::uint64_t e = c.server(text_delta("resp_1", "c"), 4);
+  c.server(done("resp_1"), 5);
+  EXPECT_EQ(c.sinks.problems[SessionProblem::desynchronised], 1);
+  EXPECT_EQ(c.sinks.problems[SessionProblem::resynchronised], 1);
+  const ExchangeLog& x = c.sinks.nth(0);
+  ASSERT_EQ(x.events.size(), 4u);
+  EXPECT_EQ(x.events[2].data, text_delta("resp_1", "c"));
+  EXPECT_EQ(x.events[2].end_position, e);
+  EXPECT_EQ(x.gaps, lost.size());
+  EXPECT_EQ(x.events[2].body_offset, x.events[1].body_offset + x.events[1].wire_bytes + lost.size());
+  EXPECT_EQ(x.end, ResponseEnd::complete);
+}
+
+TEST(WebsocketSession, BadFramesAreProblems) {
+  Conversation c(Role::server);
+  c.to_server->send(testing::frame(Opcode::text, kCreate), 1);  // a client frame unmasked
+  EXPECT_EQ(c.sinks.problems[SessionProblem::frame_error], 1);
+  EXPECT_EQ(c.sinks.problems[SessionProblem::desynchronised], 1);
+  c.client(kCreate, 2);  // a proven header: read again
+  EXPECT_EQ(c.sinks.problems[SessionProblem::resynchronised], 1);
+  c.server(created("r"), 3);
+  EXPECT_EQ(c.sinks.nth(0).request->body_head, kCreate);
+}
+
+}  // namespace
+}  // namespace infertap::protocol::websocket
