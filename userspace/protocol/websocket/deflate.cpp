@@ -124,6 +124,7 @@ void Inflater::begin() {
   status_ = Status::ok;
   text_.clear();
   cut_ = false;
+  fed_ = false;
   inflated_ = consumed_ = 0;
   if (lost_) {
     status_ = Status::context_lost;
@@ -155,6 +156,7 @@ void Inflater::restart_after_final_block() {
 }
 
 void Inflater::feed(std::span<const std::uint8_t> compressed) {
+  fed_ = fed_ || !compressed.empty();
   if (status_ == Status::ok && !final_block_ && !compressed.empty()) inflate_bytes(compressed);
 }
 
@@ -162,8 +164,10 @@ void Inflater::hole(std::uint64_t n) {
   if (n > 0 && status_ == Status::ok) fail(Status::capture_hole);
 }
 
+// An empty payload is an empty message (zlib flushes nothing when nothing
+// came since its last flush): the trailer would open a stored block instead.
 Inflater::Status Inflater::end() {
-  if (status_ == Status::ok && !final_block_) inflate_bytes(kTrailer);
+  if (status_ == Status::ok && !final_block_ && fed_) inflate_bytes(kTrailer);
   return status_;
 }
 

@@ -92,6 +92,7 @@ class Inflater {
   Status status_ = Status::ok;  // of the message in progress
   std::string text_;
   bool cut_ = false;
+  bool fed_ = false;  // the message had compressed bytes
   std::uint64_t inflated_ = 0, consumed_ = 0;
 };
 

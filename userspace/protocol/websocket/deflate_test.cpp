@@ -74,6 +74,23 @@ TEST(WebsocketDeflate, ContextTakeoverReadsAMessageCompressedAgainstAnEarlierOne
   EXPECT_TRUE(alone != Inflater::Status::ok || fresh.text() != kDelta);
 }
 
+TEST(WebsocketDeflate, EmptyMessages) {
+  Compressor sender(true);
+  const std::string first = sender.compress(kDelta);
+  EXPECT_EQ(sender.compress(""), "");  // nothing since the last flush: zlib writes nothing
+  const std::string third = sender.compress(kDelta);
+  Inflater in(15, true, {}, 1024);
+  ASSERT_EQ(inflate(in, first), Inflater::Status::ok);
+  ASSERT_EQ(inflate(in, ""), Inflater::Status::ok);
+  EXPECT_EQ(in.text(), "");
+  ASSERT_EQ(inflate(in, ""), Inflater::Status::ok);
+  ASSERT_EQ(inflate(in, third), Inflater::Status::ok);
+  EXPECT_EQ(in.text(), kDelta);
+  // The RFC's own empty message: one empty stored block's header.
+  ASSERT_EQ(inflate(in, std::string("\x00", 1)), Inflater::Status::ok);
+  EXPECT_EQ(in.text(), "");
+}
+
 TEST(WebsocketDeflate, NoContextTakeoverResetsPerMessage) {
   Compressor sender(false, 10);
   const std::string first = sender.compress(kDelta);
