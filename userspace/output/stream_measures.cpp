@@ -260,6 +260,7 @@ std::string_view genai_operation_of(const StreamRecord& r) {
     case Dialect::gemini: return "generate_content";
     case Dialect::anthropic:
     case Dialect::openai_responses: return "chat";
+    case Dialect::openai_realtime: return "realtime";
     case Dialect::declared:
       if (r.declared && !r.declared->operation.empty()) return r.declared->operation;
       break;
@@ -272,7 +273,8 @@ std::string_view genai_provider_of(const StreamRecord& r) {
   using protocol::Dialect;
   switch (r.dialect) {
     case Dialect::openai:
-    case Dialect::openai_responses: return "openai";
+    case Dialect::openai_responses:
+    case Dialect::openai_realtime: return "openai";
     case Dialect::anthropic: return "anthropic";
     case Dialect::ollama: return "ollama";
     case Dialect::tgi: return "tgi";

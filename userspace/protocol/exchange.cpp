@@ -1,4 +1,5 @@
 #include "protocol/exchange.h"
+#include "protocol/session.h"
 
 namespace infertap::protocol {
 
@@ -25,6 +26,20 @@ std::string_view to_string(ParseError e) {
     case ParseError::truncated_message: return "truncated_message";
   }
   return "unknown";
+}
+
+std::string_view to_string(SessionProblem p) {
+  switch (p) {
+    case SessionProblem::desynchronised: return "desynchronised";
+    case SessionProblem::resynchronised: return "resynchronised";
+    case SessionProblem::header_block_lost: return "header_block_lost";
+    case SessionProblem::header_block_too_large: return "header_block_too_large";
+    case SessionProblem::exchanges_over_limit: return "exchanges_over_limit";
+    case SessionProblem::frame_error: return "frame_error";
+    case SessionProblem::message_too_large: return "message_too_large";
+    case SessionProblem::undecodable: return "undecodable";
+  }
+  return "frame_error";
 }
 
 std::string_view to_string(Protocol p) {

@@ -2,6 +2,7 @@
 
 #include "protocol/http1/session.h"
 #include "protocol/http2/session.h"
+#include "protocol/websocket/session.h"
 
 namespace infertap::protocol {
 namespace {
@@ -33,8 +34,9 @@ std::unique_ptr<Session> upgraded_http2(const UpgradeStart& start, ExchangeSinks
 constexpr ProtocolEntry kProtocolList[] = {
     {Protocol::http2, recognise_http2, upgraded_http2},
     {Protocol::http1, recognise_as<Http1Session>, nullptr},
+    {Protocol::websocket, nullptr, websocket::make_upgraded},
 };
-static_assert(std::size(kProtocolList) == kProtocols - 1, "every Protocol is registered once");
+static_assert(std::size(kProtocolList) == kProtocols, "every Protocol is registered once");
 
 }  // namespace
 

@@ -160,6 +160,7 @@ void StreamAssembler::on_event(const protocol::StreamEvent& e) {
 // The first max_timeline_events events whole, the rest in the tail.
 void StreamAssembler::keep_event(Active& a, const protocol::StreamEvent& e, const protocol::EventMeaning& meaning) {
   const bool content = meaning.kind == EventKind::content;
+  if (content && meaning.audio) ++a.record.audio_events;
   const bool observed = a.gap_watch.step(e.body_offset, e.wire_bytes, content);
   std::vector<TimelineEvent>& timeline = a.record.timeline;
   const std::size_t bound = config_.max_timeline_events;

@@ -163,6 +163,8 @@ void StreamEventInterpreter::begin(const StreamContext& context) {
   if (declared_) dialect_ = Dialect::declared;
   grpc_ = context.framing == EventFraming::grpc;
   if (grpc_) dialect_ = Dialect::grpc;
+  // WebSocket messages are a realtime API's unless a declared format says otherwise.
+  if (context.framing == EventFraming::websocket && !declared_) dialect_ = Dialect::openai_realtime;
 }
 
 const EventMeaning& StreamEventInterpreter::interpret(std::string_view event_type, std::string_view data,
