@@ -14,8 +14,8 @@ listed for it, nothing else:
   userspace/infertapd.cpp, userspace/cli/infertap.cpp   the two mains, on top
   tools/                         standalone: only its own headers (tool_common.h, native_formats.h)
 
-"infertap/abi.h" (include/) is the kernel/user ABI: capture/ and the layers
-above it may include it. Unit tests beside their code (*_test.cpp) follow
+"infertap/abi.h" (include/) is the kernel/user ABI: only capture/ includes
+it; the layers above get capture's own types (IoEvent, DeliverySignal). Unit tests beside their code (*_test.cpp) follow
 their layer's rule and may also include tests/support/ ("support/...").
 
 Inside protocol/ and core/, the sub-folders are layers too, lowest first (a
@@ -40,15 +40,16 @@ BELOW = {
     "base": set(),
     "capture": {"base", "abi"},
     "protocol": {"base"},
-    "core": {"base", "abi", "capture", "protocol"},
-    "output": {"base", "abi", "capture", "protocol", "core"},
-    "degrade": {"base", "abi", "capture", "protocol", "core", "output"},
-    "daemon": {"base", "abi", "capture", "protocol", "core", "output", "degrade"},
-    "cli": {"base", "abi", "capture", "protocol", "core", "output", "degrade", "daemon"},
+    "core": {"base", "capture", "protocol"},
+    "output": {"base", "capture", "protocol", "core"},
+    "degrade": {"base", "capture", "protocol", "core", "output"},
+    "daemon": {"base", "capture", "protocol", "core", "output", "degrade"},
+    "cli": {"base", "capture", "protocol", "core", "output", "degrade", "daemon"},
 }
-BELOW["main"] = set(BELOW) | {"abi"}
+BELOW["main"] = set(BELOW)
 MAINS = {"infertapd.cpp": "main", "cli/infertap.cpp": "main"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+ABI_NAME = re.compile(r'\b(ITAP|itap)_\w+')
 
 
 def layer_of_file(rel):
@@ -123,6 +124,9 @@ def problems(root):
         layer = layer_of_file(rel)
         is_test = rel.endswith("_test.cpp")
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            code = line.split("//", 1)[0]
+            if layer not in ("capture", "tools", None) and not is_test and (name := ABI_NAME.search(code)):
+                yield f"userspace/{rel}:{number}: {layer}/ names the kernel ABI ({name.group(0)}): capture/ translates it"
             match = INCLUDE.match(line)
             if not match:
                 continue

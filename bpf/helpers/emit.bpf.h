@@ -9,6 +9,7 @@
 
 #include "maps/maps.bpf.h"
 #include "helpers/counters.bpf.h"
+#include "helpers/ring.bpf.h"
 #include "helpers/gate.bpf.h"
 #include "helpers/sock.bpf.h"
 #include "helpers/copy.bpf.h"
@@ -340,20 +341,12 @@ static __always_inline int emit_io(const struct itap_args *a, long ret, __u64 ts
 static __always_inline void emit_state_event(struct sock *sk, struct itap_conn *conn, int oldstate, int newstate,
 					     __u16 flags)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	struct itap_event *e = bpf_ringbuf_reserve(&itap_rb, sizeof(*e), 0);
+	/* whoever runs the transition (may be softirq) */
+	struct itap_event *e = reserve_task_event(ITAP_EV_STATE, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
 
-	if (!e) {
-		drop_inc(ITAP_DROP_RINGBUF_FULL);
+	if (!e)
 		return;
-	}
-	__builtin_memset(e, 0, sizeof(*e));
-	e->ts_ns = bpf_ktime_get_ns();
 	e->sock_id = (__u64)sk;
-	e->pid = id >> 32; /* whoever runs the transition (may be softirq) */
-	e->tid = (__u32)id;
-	e->fd = -1;
-	e->kind = ITAP_EV_STATE;
 	e->old_state = oldstate;
 	e->new_state = newstate;
 	e->flags = flags;
@@ -435,13 +428,10 @@ static __always_inline void on_unix_destroy(struct sock *sk)
 static __always_inline void emit_path_event_at(__u64 skey, struct sock *sk, __u8 path_kind, __u32 seq, __u32 window,
 					       __u64 value, __u64 ts)
 {
-	struct itap_path_event *e = bpf_ringbuf_reserve(&itap_rb, sizeof(*e), 0);
+	struct itap_path_event *e = reserve_record(sizeof(*e));
 
-	if (!e) {
-		drop_inc(ITAP_DROP_RINGBUF_FULL);
+	if (!e)
 		return;
-	}
-	__builtin_memset(e, 0, sizeof(*e));
 	e->ts_ns = ts;
 	e->sock_id = skey;
 	e->kind = ITAP_EV_PATH;

@@ -22,6 +22,7 @@
 
 #include "maps/maps.bpf.h"
 #include "helpers/counters.bpf.h"
+#include "helpers/ring.bpf.h"
 #include "helpers/sock.bpf.h"
 #include "helpers/go_tls.bpf.h"
 
@@ -32,19 +33,11 @@
 static __always_inline void emit_tls_bind(__u64 ssl, __u64 skey, struct sock *sk, struct itap_conn *conn, __u64 ts,
 					  __u32 seq, __u64 id)
 {
-	struct itap_event *e = bpf_ringbuf_reserve(&itap_rb, sizeof(*e), 0);
+	struct itap_event *e = reserve_task_event(ITAP_EV_TLS_BIND, ts, id);
 
-	if (!e) {
-		drop_inc(ITAP_DROP_RINGBUF_FULL);
+	if (!e)
 		return;
-	}
-	__builtin_memset(e, 0, sizeof(*e));
-	e->ts_ns = ts;
 	e->sock_id = skey;
-	e->pid = id >> 32;
-	e->tid = (__u32)id;
-	e->fd = -1;
-	e->kind = ITAP_EV_TLS_BIND;
 	e->tls_ssl = ssl;
 	e->tls_seq = seq;
 	itap_fill_sock_cached(e, sk, conn);

@@ -150,7 +150,7 @@ class Collector {
         return;
       }
       Ev e;
-      e.h = *d.event->header;
+      std::memcpy(&e.h, rec.data(), sizeof e.h);  // the kernel record itself: these tests check the kernel side
       e.head.assign(reinterpret_cast<const char*>(d.event->head.data()), d.event->head.size());
       e.tail.assign(reinterpret_cast<const char*>(d.event->tail.data()), d.event->tail.size());
       e.path.assign(reinterpret_cast<const char*>(d.event->path.data()), d.event->path.size());

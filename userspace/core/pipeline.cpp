@@ -12,9 +12,9 @@ namespace {
 
 constexpr std::uint8_t kTcpClose = 7;  // include/net/tcp_states.h
 
-Endpoint endpoint(const std::uint8_t (&addr)[16], std::uint16_t port, std::uint16_t family) {
+Endpoint endpoint(const std::array<std::uint8_t, 16>& addr, std::uint16_t port, std::uint16_t family) {
   Endpoint e;
-  std::copy(std::begin(addr), std::end(addr), e.addr.begin());
+  std::copy(addr.begin(), addr.end(), e.addr.begin());
   e.port = port;
   e.family = family;
   return e;
@@ -71,10 +71,10 @@ void Pipeline::on_record(std::span<const std::uint8_t> record) {
     ++counters_.decode_errors;
     return;
   }
-  const itap_event& h = decoded.event->h();
-  if (decoded.event->tls() && h.sock_id == 0 && h.kind == ITAP_EV_DATA) {
+  const capture::IoEvent& e = *decoded.event;
+  if (e.tls() && e.sock_id == 0 && e.kind == capture::IoEvent::Kind::data) {
     // A write encrypted into memory: its socket is told when the ciphertext goes.
-    if (unbound_tls_.hold(h.tls_ssl, record, h.ts_ns)) ++counters_.tls_unbound_held;
+    if (unbound_tls_.hold(e.tls_ssl, record, e.ts_ns)) ++counters_.tls_unbound_held;
     else ++counters_.tls_unbound_dropped;
     return;
   }
@@ -84,31 +84,18 @@ void Pipeline::on_record(std::span<const std::uint8_t> record) {
 // The writes held for this TLS connection went out with the ciphertext of
 // the send that bound it: they take its socket, its time (the emit vantage)
 // and its sequence (the ACK that covers them).
-void Pipeline::on_tls_bind(const itap_event& bind) {
-  std::vector<std::vector<std::uint8_t>> held = unbound_tls_.take(bind.tls_ssl);
+void Pipeline::on_tls_bind(const capture::TlsBind& bind) {
+  std::vector<std::vector<std::uint8_t>> held = unbound_tls_.take(bind.ssl);
   bool first = true;
   for (std::vector<std::uint8_t>& bytes : held) {
-    auto* h = reinterpret_cast<itap_event*>(bytes.data());
-    h->sock_id = bind.sock_id;
-    h->ts_ns = std::max(h->ts_ns, bind.ts_ns);
-    h->tls_seq = bind.tls_seq;
-    h->family = bind.family;
-    h->local_port = bind.local_port;
-    h->remote_port = bind.remote_port;
-    std::copy(std::begin(bind.local_addr), std::end(bind.local_addr), h->local_addr);
-    std::copy(std::begin(bind.remote_addr), std::end(bind.remote_addr), h->remote_addr);
-    h->flags = static_cast<std::uint16_t>((h->flags & ~ITAP_F_NEW_SOCKET) | (first ? bind.flags & ITAP_F_NEW_SOCKET : 0));
-    if (first) {
-      h->tls_start_ns = bind.tls_start_ns;
-      h->srtt_us = bind.srtt_us;
-    }
+    capture::bind_held_write(bytes, bind, first);
     first = false;
     on_record(bytes);
   }
 }
 
 void Pipeline::on_event(const capture::IoEvent& event) {
-  if (event.h().kind == ITAP_EV_STATE) {
+  if (event.kind == capture::IoEvent::Kind::state) {
     on_state(event);
     return;
   }
@@ -117,7 +104,7 @@ void Pipeline::on_event(const capture::IoEvent& event) {
   if (!conn) return;
   if (event.tls()) {
     ++counters_.tls_events;
-    const itap_event& h = event.h();
+    const capture::IoEvent& h = event;
     if (h.tls_lib && conn->identity().tls_library.empty() && tls_library_name_)
       conn->note_tls(tls_library_name_(h.tls_lib), h.tls_start_ns);
   }
@@ -129,20 +116,20 @@ void Pipeline::on_event(const capture::IoEvent& event) {
     // Its close never reached us and the address was reused: what we had
     // ends, and this event opens the connection it belongs to.
     ++counters_.sockets_reused;
-    close_connection(event.h().sock_id, event.h().ts_ns, StreamEnd::connection_closed);
+    close_connection(event.sock_id, event.ts_ns, StreamEnd::connection_closed);
     conn = open_connection(event);
     if (!conn) return;
     decision = conn->on_data(event);
   }
   take(*conn, decision);
   join_finished(*conn);
-  if (counters_.live_stream_bytes > config_.max_live_stream_bytes) enforce_stream_budget(event.h().ts_ns);
-  if ((event.h().flags & ITAP_F_EOF) && conn->identity().transport == Transport::unix_stream &&
-      unix_peer_shut_down(*conn, event.h().ts_ns)) {
-    finish_unix_connection(event.h().sock_id, conn->identity().inode, event.h().ts_ns);
+  if (counters_.live_stream_bytes > config_.max_live_stream_bytes) enforce_stream_budget(event.ts_ns);
+  if (event.flags.eof && conn->identity().transport == Transport::unix_stream &&
+      unix_peer_shut_down(*conn, event.ts_ns)) {
+    finish_unix_connection(event.sock_id, conn->identity().inode, event.ts_ns);
     return;
   }
-  if (decision.ended) close_connection(event.h().sock_id, event.h().ts_ns, StreamEnd::connection_closed);
+  if (decision.ended) close_connection(event.sock_id, event.ts_ns, StreamEnd::connection_closed);
 }
 
 // A unix reader got EOF: its peer shut its sending side or closed (the
@@ -172,16 +159,16 @@ void Pipeline::finish_unix_connection(std::uint64_t sock_id, std::uint32_t inode
 }
 
 void Pipeline::on_state(const capture::IoEvent& event) {
-  const itap_event& h = event.h();
+  const capture::IoEvent& h = event;
   ++counters_.state_events;
   auto it = connections_.find(h.sock_id);
   if (it == connections_.end()) {
-    if (h.new_state == kTcpClose || h.new_state == ITAP_STATE_DESTROYED) refused_.erase(h.sock_id);
+    if (h.new_state == kTcpClose || h.socket_destroyed) refused_.erase(h.sock_id);
     return;
   }
-  if (h.new_state == kTcpClose && (h.flags & ITAP_F_UNREAD)) {
+  if (h.new_state == kTcpClose && h.flags.unread) {
     it->second->on_closed_unread();  // read on to the end; destroyed or EOF ends it
-  } else if (h.new_state == kTcpClose || h.new_state == ITAP_STATE_DESTROYED) {
+  } else if (h.new_state == kTcpClose || h.socket_destroyed) {
     // A unix socket freed (its only end the kernel side sees): it sent all
     // it will, as TCP's FIN says (a close-delimited response ends there).
     if (it->second->identity().transport == Transport::unix_stream) it->second->on_peer_shut_down(h.ts_ns);
@@ -201,13 +188,13 @@ void Pipeline::on_signal(const capture::DeliverySignal& signal) {
 }
 
 ConnIdentity Pipeline::identity_of(const capture::IoEvent& event) {
-  const itap_event& h = event.h();
+  const capture::IoEvent& h = event;
   ConnIdentity id;
   id.sock_id = h.sock_id;
   id.generation = ++next_generation_;
   id.pid = h.pid;
   id.fd = h.fd;
-  id.comm = std::string(event.comm());
+  id.comm = std::string(event.comm);
   if (id.comm.empty() && comm_lookup_) id.comm = comm_lookup_(h.pid);
   id.cgroup_id = h.cgroup_id;
   id.cgroup_path = cgroup_path(h.pid);
@@ -230,25 +217,25 @@ ConnIdentity Pipeline::identity_of(const capture::IoEvent& event) {
 // A unix connection: its socket and its peer's, the path it goes through
 // (its own name, or its peer's), the peer's process.
 void Pipeline::fill_unix_identity(ConnIdentity& id, const capture::IoEvent& event) {
-  const itap_unix_ends ends = event.unix_ends();
+  const capture::IoEvent::UnixEnds& ends = event.unix_ends;
   id.transport = Transport::unix_stream;
   id.local = unix_endpoint(ends.sock);
   id.remote = unix_endpoint(ends.peer_sock);
   id.inode = ends.ino;
   const std::string path(event.path.begin(), event.path.end());
-  (event.h().flags & ITAP_F_PEER_PATH ? id.remote : id.local).path = path;
-  id.peer_pid = event.h().peer_pid;
+  (event.flags.peer_path ? id.remote : id.local).path = path;
+  id.peer_pid = event.peer_pid;
   if (id.peer_pid && comm_lookup_) id.peer_comm = comm_lookup_(id.peer_pid);
 }
 
 Connection* Pipeline::connection_for(const capture::IoEvent& event) {
-  const itap_event& h = event.h();
+  const capture::IoEvent& h = event;
   if (!refused_.empty()) {
     auto r = refused_.find(h.sock_id);
     if (r != refused_.end()) {
       // Events already in the ring when the mute landed; a new socket at the
       // same address is judged afresh.
-      if (!(h.flags & ITAP_F_NEW_SOCKET)) return nullptr;
+      if (!h.flags.new_socket) return nullptr;
       refused_.erase(r);
     }
   }
@@ -256,14 +243,14 @@ Connection* Pipeline::connection_for(const capture::IoEvent& event) {
   if (it != connections_.end()) {
     // The kernel saw this socket address as new: the old connection closed
     // without us hearing of it (state event lost), and the address was reused.
-    if (!(h.flags & ITAP_F_NEW_SOCKET)) return it->second.get();
+    if (!h.flags.new_socket) return it->second.get();
     close_connection(h.sock_id, h.ts_ns, StreamEnd::connection_closed);
   }
   return open_connection(event);
 }
 
 Connection* Pipeline::open_connection(const capture::IoEvent& event) {
-  const itap_event& h = event.h();
+  const capture::IoEvent& h = event;
   if (h.local_port == 0 && (h.family == AF_INET || h.family == AF_INET6)) {
     // A TCP socket loses its port when it closes: this call ran after the
     // close (a send racing the peer's reset). Nothing of a live connection.

@@ -112,7 +112,7 @@ class Pipeline {
 
  private:
   void on_state(const capture::IoEvent& event);
-  void on_tls_bind(const itap_event& bind);
+  void on_tls_bind(const capture::TlsBind& bind);
   Connection* connection_for(const capture::IoEvent& event);
   Connection* open_connection(const capture::IoEvent& event);
   ConnIdentity identity_of(const capture::IoEvent& event);

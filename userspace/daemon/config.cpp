@@ -18,11 +18,11 @@
 
 #include "base/host_port.h"
 #include "base/yaml_reader.h"
+#include "capture/event.h"
 #include "capture/tls_targets.h"
 #include "daemon/formats.h"
 #include "daemon/http_server.h"
 #include "daemon/objectives.h"
-#include "infertap/abi.h"
 
 namespace infertap::daemon {
 namespace {
@@ -347,9 +347,9 @@ std::vector<Option> make_options() {
   std::vector<Option> o = {
       option("node_name", text(FIELD(node_name), "NAME", node_name_problem)),
       option("capture.attach", attach_method(), "--attach", F::value, "How the capture attaches"),
-      option("capture.head_bytes", integer(FIELD(capture.head_bytes), 16, ITAP_HEAD_MAX), "--head-bytes", F::value,
+      option("capture.head_bytes", integer(FIELD(capture.head_bytes), 16, capture::kMaxHeadBytes), "--head-bytes", F::value,
              "Payload head bytes copied per syscall"),
-      option("capture.tail_bytes", integer(FIELD(capture.tail_bytes), 0, ITAP_TAIL_MAX), "--tail-bytes", F::value,
+      option("capture.tail_bytes", integer(FIELD(capture.tail_bytes), 0, capture::kMaxTailBytes), "--tail-bytes", F::value,
              "Payload tail bytes copied per syscall"),
       option("capture.delivery_signals", boolean(FIELD(capture.path_signals)), "--no-delivery-signals", F::off,
              "Do not attach the ACK/arrival/retransmit probes (no acked/arrived vantages, no TCP context)"),

@@ -12,6 +12,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "helpers/gate.bpf.h"
+#include "helpers/ring.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -22,17 +23,9 @@ static __always_inline int report_code_change(__u8 kind)
 
 	if (!task_eligible(id >> 32))
 		return 0;
-	e = bpf_ringbuf_reserve(&itap_rb, sizeof(*e), 0);
-	if (!e) {
-		drop_inc(ITAP_DROP_RINGBUF_FULL);
+	e = reserve_task_event(kind, bpf_ktime_get_ns(), id);
+	if (!e)
 		return 0;
-	}
-	__builtin_memset(e, 0, sizeof(*e));
-	e->ts_ns = bpf_ktime_get_ns();
-	e->pid = id >> 32;
-	e->tid = (__u32)id;
-	e->fd = -1;
-	e->kind = kind;
 	/* rare, and the attach it leads to races the process's first TLS call: wake now */
 	bpf_ringbuf_submit(e, 0);
 	return 0;

@@ -18,10 +18,10 @@ constexpr std::uint8_t kTcpLastAck = 9;
 constexpr std::uint64_t kSendBlockedNs = 1'000'000;
 
 Flow flow_of(const capture::IoEvent& event) {
-  return event.h().direction == ITAP_DIR_SEND ? Flow::outbound : Flow::inbound;
+  return event.direction == capture::IoEvent::Direction::send ? Flow::outbound : Flow::inbound;
 }
 
-std::uint64_t call_duration(const itap_event& h) { return h.ts_ns - std::min(h.ts_ns, h.enter_ns); }
+std::uint64_t call_duration(const capture::IoEvent& h) { return h.ts_ns - std::min(h.ts_ns, h.enter_ns); }
 
 protocol::SessionSettings session_settings(const PipelineConfig& config) {
   protocol::SessionSettings settings;
@@ -77,7 +77,7 @@ std::vector<StreamRecord> Connection::take_finished() {
 }
 
 Connection::Decision Connection::on_data(const capture::IoEvent& event) {
-  const itap_event& h = event.h();
+  const capture::IoEvent& h = event;
   last_activity_ = h.ts_ns;
   Decision decision;
   if (ignored_) return decision;
@@ -118,8 +118,8 @@ void Connection::note_tls(std::string library, TimestampNs start_ns) {
 // peer's end of the stream. True when that end was all a closed socket had
 // left to read.
 bool Connection::note_failed_call(const capture::IoEvent& event) {
-  const itap_event& h = event.h();
-  if ((h.flags & ITAP_F_EAGAIN) && role() == Role::server) {
+  const capture::IoEvent& h = event;
+  if (h.flags.eagain && role() == Role::server) {
     for_each_active([&](StreamRecord& r) {
       TcpContext& tcp = r.tcp;
       ++tcp.eagain;
@@ -127,7 +127,7 @@ bool Connection::note_failed_call(const capture::IoEvent& event) {
       note_full_buffer(tcp, h);
     });
   }
-  if (!(h.flags & ITAP_F_EOF)) return false;
+  if (!h.flags.eof) return false;
   inbound_eof_ = true;
   end_flow(Flow::inbound, h.ts_ns);
   return closed_unread_;
@@ -142,7 +142,7 @@ bool Connection::on_peer_shut_down(TimestampNs ts) {
 
 // False when the event's sequence does not continue this connection.
 bool Connection::feed(Flow flow, const capture::IoEvent& event) {
-  const itap_event& h = event.h();
+  const capture::IoEvent& h = event;
   TcpCursor& cursor = flow == Flow::outbound ? outbound_cursor_ : inbound_cursor_;
   const TcpCursor::Placement at = cursor.place(h.seq_end, event.bytes());
   if (at.foreign) return false;
@@ -161,7 +161,7 @@ bool Connection::feed(Flow flow, const capture::IoEvent& event) {
 
   PieceContext context;
   context.call_ns = call_duration(h);
-  context.more = (h.flags & ITAP_F_MORE) != 0;
+  context.more = h.flags.more;
   context.position = at.position;
   context.ts = h.ts_ns;
   if (event.tls()) {
@@ -175,7 +175,7 @@ bool Connection::feed(Flow flow, const capture::IoEvent& event) {
   }
   context.arrivals = &arrivals_;
   feed_session(flow, piece, context);
-  if (h.direction == ITAP_DIR_SEND && role() == Role::server) note_send(event);
+  if (h.direction == capture::IoEvent::Direction::send && role() == Role::server) note_send(event);
   return true;
 }
 
@@ -207,24 +207,24 @@ void Connection::switch_protocols(Flow flow, const protocol::Piece& piece, const
 // A send that waited for buffer space, or moved less than asked: the reader
 // (or the path) is not draining.
 void Connection::note_send(const capture::IoEvent& event) {
-  const itap_event& h = event.h();
+  const capture::IoEvent& h = event;
   const bool blocked = call_duration(h) >= kSendBlockedNs;
-  if (!blocked && !(h.flags & (ITAP_F_PARTIAL | ITAP_F_SNDBUF_FULL))) return;  // nothing to note
+  if (!blocked && !h.flags.partial && !h.flags.sndbuf_full) return;  // nothing to note
   for_each_active([&](StreamRecord& r) {
     TcpContext& tcp = r.tcp;
     if (const std::uint64_t took = call_duration(h); blocked) {
       ++tcp.send_blocked;
       tcp.send_blocked_ns += took;
     }
-    if (h.flags & ITAP_F_PARTIAL) ++tcp.partial_sends;
+    if (h.flags.partial) ++tcp.partial_sends;
     note_full_buffer(tcp, h);
   });
 }
 
 // A unix send that left its send buffer full (the kernel side's flag): the
 // next send waits for the reader.
-void Connection::note_full_buffer(TcpContext& tcp, const itap_event& h) {
-  if (!(h.flags & ITAP_F_SNDBUF_FULL)) return;
+void Connection::note_full_buffer(TcpContext& tcp, const capture::IoEvent& h) {
+  if (!h.flags.sndbuf_full) return;
   ++tcp.send_buffer_full;
   if (tcp.send_buffer_full_at.size() < TcpContext::kMaxEvidence) tcp.send_buffer_full_at.emplace_back(h.ts_ns, h.arrived_seq);
 }
@@ -247,7 +247,7 @@ void Connection::on_signal(const capture::DeliverySignal& signal) {
 }
 
 void Connection::on_state(const capture::IoEvent& event) {
-  const itap_event& h = event.h();
+  const capture::IoEvent& h = event;
   last_activity_ = h.ts_ns;
   // This side called close()/shutdown(): nothing more will be sent. (TCP_CLOSE
   // ends the connection: the pipeline calls close().)

@@ -92,7 +92,7 @@ class Connection {
   bool note_failed_call(const capture::IoEvent& event);
   bool feed(protocol::Flow flow, const capture::IoEvent& event);
   void note_send(const capture::IoEvent& event);
-  static void note_full_buffer(TcpContext& tcp, const itap_event& h);
+  static void note_full_buffer(TcpContext& tcp, const capture::IoEvent& h);
   bool decide(protocol::Flow flow, std::span<const std::uint8_t> head);
   void switch_protocols(protocol::Flow flow, const protocol::Piece& piece, const PieceContext& context);
   void feed_session(protocol::Flow flow, const protocol::Piece& piece, const PieceContext& context);

@@ -1,7 +1,7 @@
 // TLS writes whose socket is not known yet. A library that encrypts into
 // memory (Node.js) returns from SSL_write before any ciphertext moves: its
 // event loop sends it later, and that send tells the kernel side which socket
-// the TLS connection object (SSL*) rides on (ITAP_EV_TLS_BIND). Until then its
+// the TLS connection object (SSL*) rides on (capture::TlsBind). Until then its
 // writes wait here, copied, bounded in count and age.
 #pragma once
 

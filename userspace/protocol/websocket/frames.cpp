@@ -126,6 +126,45 @@ bool provable(std::span<const std::uint8_t> head, Sender sender, bool deflate) {
   return first == '{';
 }
 
+namespace {
+
+// The frame at `at` of `bytes` when it lies whole inside them and proves
+// itself (see frames_ending_at_end); its size, else 0.
+std::size_t whole_frame(std::span<const std::uint8_t> bytes, std::size_t at, Sender sender, bool deflate,
+                        const FrameHeader* before) {
+  const std::span<const std::uint8_t> rest = bytes.subspan(at);
+  if (rest.size() < 2 || rest.size() < header_size(rest[1])) return 0;
+  const FrameHeader h = parse_header(rest);
+  if (!valid(h, sender, deflate) || !h.minimal_length() || h.length > rest.size() - h.size) return 0;
+  if (before ? !follows(*before, h) : h.opcode == static_cast<std::uint8_t>(Opcode::continuation)) return 0;
+  if (h.opcode == static_cast<std::uint8_t>(Opcode::text) && !h.rsv1) {
+    if (h.length == 0) return 0;
+    std::uint8_t first = rest[h.size];
+    unmask(h, 0, {&first, 1});
+    if (first != '{') return 0;
+  }
+  return static_cast<std::size_t>(h.size + h.length);
+}
+
+}  // namespace
+
+std::optional<std::size_t> frames_ending_at_end(std::span<const std::uint8_t> bytes, Sender sender, bool deflate) {
+  for (std::size_t start = 0; start + 2 <= bytes.size(); ++start) {
+    std::size_t at = start;
+    FrameHeader before{};
+    bool first = true;
+    while (at < bytes.size()) {
+      const std::size_t size = whole_frame(bytes, at, sender, deflate, first ? nullptr : &before);
+      if (size == 0) break;
+      before = parse_header(bytes.subspan(at));
+      first = false;
+      at += size;
+    }
+    if (!first && at == bytes.size()) return start;
+  }
+  return std::nullopt;
+}
+
 // ---- the reader ---------------------------------------------------------------------
 
 FrameReader::FrameReader(Sender sender, bool deflate, std::uint64_t start, FrameSink& sink)
@@ -137,11 +176,15 @@ void FrameReader::feed(const Piece& piece) {
   const Piece p = piece.position < position_ ? from_position(piece, position_) : piece;
   if (state_ == State::lost) {
     try_resync(p);
-    if (state_ == State::lost) return lost(p.end() - position_);
+    if (state_ == State::lost) {
+      lost(p.end() - p.tail.size() - position_);
+      return feed_bytes(p.tail.subspan(try_resync_in_tail(p.tail)), p.ts);
+    }
   }
   feed_bytes(p.head, p.ts);
   skip(p.hole(), p.ts);
-  feed_bytes(p.tail, p.ts);
+  const std::size_t from = state_ == State::lost ? try_resync_in_tail(p.tail) : 0;
+  feed_bytes(p.tail.subspan(from), p.ts);
 }
 
 void FrameReader::gap(std::uint64_t n, TimestampNs ts) { skip(n, ts); }
@@ -314,6 +357,19 @@ void FrameReader::try_resync(const Piece& piece) {
   header_have_ = 0;
   position_ = piece.position;
   sink_.on_problem(SessionProblem::resynchronised);
+}
+
+// A lost direction whose call's tail holds whole frames ending at its end:
+// the reader starts at the first of them (the bytes before it are lost).
+// Returns where in the tail reading goes on (0: still lost).
+std::size_t FrameReader::try_resync_in_tail(std::span<const std::uint8_t> tail) {
+  const std::optional<std::size_t> start = frames_ending_at_end(tail, sender_, deflate_);
+  if (!start) return 0;
+  if (*start > 0) lost(*start);
+  state_ = State::header;
+  header_have_ = 0;
+  sink_.on_problem(SessionProblem::resynchronised);
+  return *start;
 }
 
 }  // namespace infertap::protocol::websocket

@@ -72,6 +72,13 @@ void unmask(const FrameHeader& h, std::uint64_t offset, std::span<std::uint8_t> 
 // Conservative: a false "no" waits for the next piece, a false "yes" reads
 // garbage as frames.
 bool provable(std::span<const std::uint8_t> head, Sender sender, bool deflate);
+// Where in `bytes` (a call's captured tail: its last bytes) a run of whole
+// frames begins that ends exactly at its end: every header valid for the
+// sender, minimal and plausible, each frame following the one before, an
+// uncompressed text frame's payload opening with `{`. The first such offset,
+// or none. A read ends where the sender's last write did, so the frames of a
+// call's tail are found again after a hole swallowed a header before them.
+std::optional<std::size_t> frames_ending_at_end(std::span<const std::uint8_t> bytes, Sender sender, bool deflate);
 
 // A data message (text or binary), whole: all its frames read.
 struct Message {
@@ -138,6 +145,7 @@ class FrameReader {
   void lose_sync();
   void lost(std::uint64_t n);
   void try_resync(const Piece& piece);
+  std::size_t try_resync_in_tail(std::span<const std::uint8_t> tail);
 
   const Sender sender_;
   const bool deflate_;

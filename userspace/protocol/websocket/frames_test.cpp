@@ -294,6 +294,31 @@ TEST(WebsocketFrames, HoleOverAHeaderInsideAPiece) {
   EXPECT_EQ(r.log.messages.size(), 2u);
 }
 
+TEST(WebsocketFrames, WholeFramesEndingACallsTailAreFoundAgain) {
+  // One read of many messages: its head and tail captured, a hole between that
+  // swallows headers. The tail's last whole frames end where the read did.
+  Reader r(Sender::server);
+  const std::string big = frame(Opcode::text, "{\"audio\":\"" + std::string(3000, 'A') + "\"}");
+  const std::string delta = frame(Opcode::text, "{\"type\":\"response.output_audio_transcript.delta\"}");
+  const std::string done = frame(Opcode::text, "{\"type\":\"response.done\"}");
+  const std::string read = big + big + delta + done;
+  const std::size_t tail = 40 + delta.size() + done.size();  // some of the second big frame's payload, then two whole frames
+  r.feed.send_with_hole(read, 64, tail, 1);
+  EXPECT_EQ(r.log.problems[SessionProblem::desynchronised], 1);
+  EXPECT_EQ(r.log.problems[SessionProblem::resynchronised], 1);
+  ASSERT_EQ(r.log.messages.size(), 3u) << "the first big frame (truncated), then the tail's two";
+  EXPECT_EQ(r.log.messages[1].payload, "{\"type\":\"response.output_audio_transcript.delta\"}");
+  EXPECT_EQ(r.log.messages[1].first_position, 2 * big.size());
+  EXPECT_EQ(r.log.messages[2].end_position, read.size());
+  EXPECT_TRUE(r.reader.synchronised());
+  // A tail whose frames do not end at its end proves nothing.
+  Reader cut(Sender::server);
+  cut.feed.send_with_hole(read.substr(0, read.size() - 1), 64, tail - 1, 1);
+  EXPECT_EQ(cut.log.problems[SessionProblem::resynchronised], 0);
+  EXPECT_EQ(frames_ending_at_end(as_bytes(delta + done), Sender::server, false), 0u);
+  EXPECT_EQ(frames_ending_at_end(as_bytes(delta + done), Sender::client, false), std::nullopt) << "unmasked: not a client's";
+}
+
 TEST(WebsocketFrames, ProvableHeaders) {
   const auto prove = [](const std::string& s, Sender sender, bool deflate = false) {
     return provable(as_bytes(s), sender, deflate);
