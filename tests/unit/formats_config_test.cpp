@@ -85,7 +85,7 @@ TEST(DeclaredFormatsConfig, MistakesNameTheKeyAndLine) {
   EXPECT_EQ(parse_error("formats:\n  - {name: a, content: /x, finish_value: done}\n"),
             "formats[0].finish_value: needs finish: the pointer it is read at (line 2)");
   EXPECT_EQ(parse_error("formats:\n  - {name: a, content: /x, framing: jsonl}\n"),
-            "formats[0].framing: must be sse or ndjson, got 'jsonl' (line 2)");
+            "formats[0].framing: must be sse, ndjson or websocket, got 'jsonl' (line 2)");
   EXPECT_EQ(parse_error("formats:\n  - {name: a, content: /x, operation: embeddings}\n"),
             "formats[0].operation: must be chat, text_completion or generate_content, got 'embeddings' (line 2)");
   EXPECT_NE(parse_error("formats:\n  - {name: 'a b', content: /x}\n").find("formats[0].name: must be 1..64 letters"),

@@ -49,7 +49,8 @@ YamlReader::Field framing(YamlReader& r, protocol::DeclaredFormat& f) {
             if (!s) return;
             if (*s == "sse") f.framing = protocol::EventFraming::sse;
             else if (*s == "ndjson") f.framing = protocol::EventFraming::ndjson;
-            else r.fail(v, k, "must be sse or ndjson, got '" + *s + "'");
+            else if (*s == "websocket") f.framing = protocol::EventFraming::websocket;
+            else r.fail(v, k, "must be sse, ndjson or websocket, got '" + *s + "'");
           }};
 }
 

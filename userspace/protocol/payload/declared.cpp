@@ -311,11 +311,12 @@ std::string_view media_type(std::string_view content_type) {
 }
 
 std::shared_ptr<const DeclaredFormat> match_declared(const DeclaredFormats& formats, std::string_view path,
-                                                     std::string_view media) {
+                                                     std::string_view media, bool websocket) {
   if (formats.empty()) return nullptr;
   const std::string p(path.substr(0, path.find_first_of("?#")));
   const std::string m(media);
   for (const auto& f : formats) {
+    if (f->framing && (*f->framing == EventFraming::websocket) != websocket) continue;
     if (fnmatch(f->path.c_str(), p.c_str(), 0) != 0) continue;
     if (!f->content_type.empty() && fnmatch(f->content_type.c_str(), m.c_str(), 0) != 0) continue;
     return f;

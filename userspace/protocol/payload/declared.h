@@ -48,9 +48,10 @@ using DeclaredFormats = std::vector<std::shared_ptr<const DeclaredFormat>>;
 std::string_view media_type(std::string_view content_type);
 
 // The first format covering a response to `path` (query removed) with this
-// media type, or null.
+// media type, or null. A format framed `websocket` covers only the messages of
+// a WebSocket session (`websocket`), which other framings do not cover.
 std::shared_ptr<const DeclaredFormat> match_declared(const DeclaredFormats& formats, std::string_view path,
-                                                     std::string_view media);
+                                                     std::string_view media, bool websocket = false);
 
 // One event of a declared format: its kind and facts from the pointers. A cut
 // event (truncated) is read as far as its captured bytes prove.

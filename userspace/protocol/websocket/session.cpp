@@ -4,6 +4,8 @@
 #include <limits>
 #include <utility>
 
+#include "protocol/payload/declared.h"
+
 namespace infertap::protocol::websocket {
 namespace {
 
@@ -222,6 +224,13 @@ Session::Response* Session::owner(const MessageFacts& f, const Message& m) {
   return open_response(id, m.end_ts);
 }
 
+// A declared format that covers the upgrade's path (framed `websocket`, or
+// unframed) describes another realtime dialect's messages.
+std::shared_ptr<const DeclaredFormat> Session::declared_format() const {
+  if (!settings_.formats) return nullptr;
+  return match_declared(*settings_.formats, target_, "application/json", /*websocket=*/true);
+}
+
 Session::Response* Session::open_response(std::string_view response_id, TimestampNs head_ns) {
   if (open_.size() >= kMaxOpenResponses) {
     sinks_.on_problem(Protocol::websocket, SessionProblem::exchanges_over_limit);
@@ -251,6 +260,7 @@ Session::Response* Session::open_response(std::string_view response_id, Timestam
   info.request = &opened.request;
   info.http_version = HttpVersion::http1_1;
   info.protocol = Protocol::websocket;
+  info.declared = declared_format();
   out->on_response(info);
   return &opened;
 }

@@ -92,6 +92,7 @@ class Session final : public protocol::Session {
   void remember(std::string_view response_id);
 
   ExchangeSinks& sinks_;
+  std::shared_ptr<const DeclaredFormat> declared_format() const;
   const SessionSettings settings_;
   const Role role_;
   std::string method_, target_;  // of the upgrade request

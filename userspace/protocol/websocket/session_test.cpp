@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "protocol/payload/declared.h"
 #include "protocol/websocket/test_encoder.h"
 #include "support/session_side.h"
 
@@ -110,9 +111,10 @@ const std::string kAppend = R"({"type":"input_audio_buffer.append","audio":"AAAA
 
 // A traced server (or client) after a 101, with both directions' senders.
 struct Conversation {
-  Conversation(Role role, std::string extensions = "", std::size_t body_head = 4096) {
+  Conversation(Role role, std::string extensions = "", std::size_t body_head = 4096,
+               const DeclaredFormats* formats = nullptr, std::string target = "/v1/realtime?model=gpt-realtime") {
     upgrade.method = "GET";
-    upgrade.target = "/v1/realtime?model=gpt-realtime";
+    upgrade.target = std::move(target);
     start.role = role;
     start.request = &upgrade;
     start.upgrade = "websocket";
@@ -121,6 +123,7 @@ struct Conversation {
     start.outbound_position = role == Role::server ? kServerStart : kClientStart;
     start.inbound_position = role == Role::server ? kClientStart : kServerStart;
     settings.request_body_head = body_head;
+    settings.formats = formats;
     session = make_upgraded(start, sinks, settings);
     to_client.emplace(Side{*session, role == Role::server ? Flow::outbound : Flow::inbound, kServerStart});
     to_server.emplace(Side{*session, role == Role::server ? Flow::inbound : Flow::outbound, kClientStart});
@@ -361,6 +364,35 @@ TEST(WebsocketSession, OverlappingResponsesByResponseId) {
   EXPECT_EQ(a.end, ResponseEnd::complete);
   EXPECT_EQ(b.end, ResponseEnd::complete);
   EXPECT_EQ(c.sinks.closed, (std::vector<std::uint64_t>{kUpgradedIdBase, kUpgradedIdBase + 1}));
+}
+
+TEST(WebsocketSession, ADeclaredFormatCoversAnotherRealtimeDialect) {
+  const auto format = [](std::string path, std::optional<EventFraming> framing) {
+    auto f = std::make_shared<DeclaredFormat>();
+    f->name = path;
+    f->path = std::move(path);
+    f->framing = framing;
+    f->content = "/delta";
+    return std::shared_ptr<const DeclaredFormat>(f);
+  };
+  // An SSE-framed format on the same path covers HTTP responses, not messages.
+  const DeclaredFormats formats = {format("/live/*", EventFraming::sse), format("/live/*", EventFraming::websocket)};
+  Conversation c(Role::server, "", 4096, &formats, "/live/audio?key=1");
+  c.server(created("resp_1"), 1);
+  c.server(done("resp_1"), 2);
+  const ExchangeLog& x = c.sinks.nth(0);
+  ASSERT_TRUE(x.info);
+  ASSERT_TRUE(x.info->declared);
+  EXPECT_EQ(x.info->declared, formats[1]);
+  // No format for the path: the realtime dialect reads it (no declared format).
+  Conversation plain(Role::server, "", 4096, &formats);
+  plain.server(created("resp_2"), 1);
+  ASSERT_TRUE(plain.sinks.nth(0).info);
+  EXPECT_FALSE(plain.sinks.nth(0).info->declared);
+  // A websocket-framed format never covers an HTTP response.
+  EXPECT_EQ(match_declared(formats, "/live/x", "text/event-stream"), formats[0]);
+  const DeclaredFormats only_ws = {formats[1]};
+  EXPECT_EQ(match_declared(only_ws, "/live/x", "text/event-stream"), nullptr);
 }
 
 TEST(WebsocketSession, ResponseWithoutCreatedOpensAtItsFirstMessage) {
