@@ -29,6 +29,8 @@ import json
 import subprocess
 import sys
 
+from tshark_fields import as_ints, field_rows
+
 FIELDS = ["tcp.stream", "tcp.srcport", "tcp.flags.syn", "tcp.flags.ack", "tcp.seq_raw", "tcp.len",
           "http2.streamid", "http2.type", "http2.length", "http2.flags"]
 DATA, HEADER_LEN, END_STREAM, PADDED = 0, 9, 0x1, 0x8
@@ -37,19 +39,7 @@ DATA, HEADER_LEN, END_STREAM, PADDED = 0, 9, 0x1, 0x8
 def tshark_rows(tshark, pcap, port, keylog):
     decode = ["-d", f"tcp.port=={port},tls", "-o", f"tls.keylog_file:{keylog}"] if keylog else \
         ["-d", f"tcp.port=={port},http2"]
-    cmd = [tshark, "-n", "-r", pcap, *decode, "-o", "tcp.desegment_tcp_streams:TRUE",
-           "-T", "fields", "-E", "separator=\t", "-E", "occurrence=a", "-E", "aggregator=,"]
-    for f in FIELDS:
-        cmd += ["-e", f]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        cols = line.split("\t")
-        if len(cols) == len(FIELDS):
-            yield dict(zip(FIELDS, cols))
-
-
-def as_ints(value):
-    return [int(v, 0) for v in value.split(",") if v != ""]
+    yield from field_rows(tshark, pcap, decode, FIELDS)
 
 
 class Direction:

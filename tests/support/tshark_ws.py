@@ -48,6 +48,8 @@ import json
 import subprocess
 import sys
 
+from tshark_fields import as_ints, field_rows
+
 FIELDS = ["frame.number", "tcp.stream", "tcp.srcport", "tcp.dstport", "tcp.flags.syn", "tcp.flags.ack", "tcp.seq",
           "tcp.seq_raw", "tcp.len", "tcp.analysis.retransmission", "websocket.fin", "websocket.rsv",
           "websocket.opcode", "websocket.mask", "websocket.payload_length", "websocket.payload_length_ext_16",
@@ -63,22 +65,7 @@ def run_tshark(tshark, pcap, port, keylog, fields, display_filter=None):
         decode = ["-d", f"tcp.port=={port},tls", "-d", f"tls.port=={port},http", "-o", f"tls.keylog_file:{keylog}"]
     else:
         decode = ["-d", f"tcp.port=={port},http"]
-    cmd = [tshark, "-n", "-r", pcap, *decode, "-o", "tcp.desegment_tcp_streams:TRUE", "-o",
-           "tcp.relative_sequence_numbers:TRUE", "-T", "fields", "-E", "separator=\t", "-E", "occurrence=a",
-           "-E", "aggregator=,"]
-    if display_filter:
-        cmd += ["-Y", display_filter]
-    for f in fields:
-        cmd += ["-e", f]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        cols = line.split("\t")
-        if len(cols) == len(fields):
-            yield dict(zip(fields, cols))
-
-
-def as_ints(value):
-    return [int(v, 0) for v in value.split(",") if v != ""]
+    yield from field_rows(tshark, pcap, decode, fields, ("-o", "tcp.relative_sequence_numbers:TRUE"), display_filter)
 
 
 def as_bools(value):
