@@ -13,7 +13,7 @@ BPFTOOL   ?= bpftool
 VMLINUX   := vmlinux/$(ARCH)/vmlinux.h
 
 CXXFLAGS  ?= -O2 -g
-CXXFLAGS  += -std=c++20 -Wall -Wextra -Wno-missing-field-initializers -pthread
+override CXXFLAGS += -std=c++20 -Wall -Wextra -Wno-missing-field-initializers -pthread
 CPPFLAGS  += -Iinclude -Iuserspace -Itests -I$(OUT)
 LDLIBS    += -lbpf -lelf -lz -lbrotlidec -lzstd -lsimdjson -lcpp-httplib -lyaml-cpp -lssl -lcrypto -lcrypt -lnghttp2 -lcapstone -pthread
 # Libraries and headers of another arch, unpacked (scripts/arm64_sysroot.sh).

@@ -51,7 +51,7 @@ core::StreamRecord record(std::uint64_t generation, const std::string& model = "
   r.first_token_ns = r.timeline.front().ts_ns;
   r.last_token_ns = r.last_event_ns = r.timeline.back().ts_ns;
   r.end_ns = r.last_event_ns + kMs;
-  core::compute_metrics(r, std::nullopt, core::PipelineConfig{});
+  r.metrics = core::record_metrics(r, std::nullopt, core::PipelineConfig{});
   return r;
 }
 

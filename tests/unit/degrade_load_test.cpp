@@ -568,7 +568,7 @@ TEST(DegradeLoadMetrics, HistogramsCarryTheBandsWhenAskedTo) {
   }
   r.first_token_ns = r.timeline.front().ts_ns;
   r.last_token_ns = r.timeline.back().ts_ns;
-  core::compute_metrics(r, std::nullopt, core::PipelineConfig{});
+  r.metrics = core::record_metrics(r, std::nullopt, core::PipelineConfig{});
   r.load.concurrency_mean = 20;
   r.load.input_tokens = 100;
   const DegradationConfig dc;

@@ -624,7 +624,7 @@ core::StreamRecord stream_record(core::Role role) {
   r.first_token_ns = r.timeline.front().ts_ns;
   r.last_token_ns = r.last_event_ns = r.timeline.back().ts_ns;
   r.end_ns = r.last_event_ns + kMs;
-  core::compute_metrics(r, std::nullopt, core::PipelineConfig{});
+  r.metrics = core::record_metrics(r, std::nullopt, core::PipelineConfig{});
   return r;
 }
 
@@ -675,10 +675,11 @@ TEST(DegradeAdapter, DeliveryMetricsAddAClientObservedView) {
 
 TEST(DegradeAdapter, DeliveryLagReachesTheClientObservedView) {
   core::StreamRecord r = stream_record(core::Role::server);
-  auto d = std::make_shared<core::Delivery>();
-  d->metrics = r.metrics;
-  d->lag_last_ns = 350 * kMs;
-  r.delivery = d;
+  core::PathView view;
+  view.delivery.emplace();
+  view.delivery->metrics = r.metrics;
+  view.delivery->lag_last_ns = 350 * kMs;
+  r.path_view = std::make_shared<const core::PathView>(std::move(view));
   const auto obs = observations_from(r, delivery_of(r));
   ASSERT_EQ(obs.size(), 2u);
   EXPECT_FALSE(obs[0].delivery_lag_ns) << "the server's own view has no lag";
@@ -690,7 +691,7 @@ TEST(DegradeAdapter, DeliveryLagReachesTheClientObservedView) {
 TEST(DegradeAdapter, ALowerBoundCountGivesNoRate) {
   core::StreamRecord r = stream_record(core::Role::server);
   r.bytes_not_captured = 300;  // a capture hole: the event count is a lower bound
-  core::compute_metrics(r, std::nullopt, core::PipelineConfig{});
+  r.metrics = core::record_metrics(r, std::nullopt, core::PipelineConfig{});
   const auto obs = observations_from(r);
   ASSERT_EQ(obs.size(), 1u);
   EXPECT_FALSE(obs[0].tokens_per_s) << "the cohort judges no rate from undercounted tokens";

@@ -77,7 +77,12 @@ StreamRecord make_record(const Spec& s) {
   r.metrics.e2e_ns = s.e2e_ns;
   r.metrics.tokens = s.tokens;
   r.metrics.tokens_per_s = s.tokens_per_s;
-  for (core::StallCause c : s.stalls) r.metrics.stalls.push_back(core::Stall{.cause = c});
+  auto view = std::make_shared<core::PathView>();  // the causes are the path stage's
+  for (core::StallCause c : s.stalls) {
+    r.metrics.stalls.push_back(core::Stall{});
+    view->stall_causes.push_back({.cause = c});
+  }
+  r.path_view = std::move(view);
   // A role-only event first, a control event between every content event: only
   // content events make gaps.
   std::uint64_t t = 1'000 * kMs;
@@ -315,7 +320,7 @@ TEST(MetricsRegistry, TimePerOutputTokenIsOnePerRequest) {
   reg.observe(make_record({.ttft_ns = 100 * kMs, .e2e_ns = 300 * kMs, .tokens = 1}));  // one token: no TPOT
   StreamRecord holes = make_record({.ttft_ns = 100 * kMs, .e2e_ns = 900 * kMs, .tokens = 5, .tokens_per_s = 9.0});
   holes.metrics.counts_lower_bound = true;  // a capture hole: 5 is a lower bound
-  holes.metrics.tokens_per_s.reset();       // as core::compute_metrics leaves it
+  holes.metrics.tokens_per_s.reset();       // as core::record_metrics leaves it
   reg.observe(holes);
   StreamRecord usage = holes;
   usage.metrics.token_source = core::TokenSource::usage;  // the stream's own count: exact
@@ -552,17 +557,27 @@ TEST(MetricsRegistry, LongLabelValuesAreCut) {
 // its emit, at `vantage` (core/path/delivery.cpp fills the real one).
 StreamRecord with_delivery(StreamRecord r, core::Vantage vantage, std::uint64_t lag_ns,
                            const std::function<void(core::Delivery&)>& edit = {}) {
-  auto d = std::make_shared<core::Delivery>();
-  d->vantage = vantage;
-  d->metrics = r.metrics;
-  if (d->metrics.ttft_ns) *d->metrics.ttft_ns += lag_ns;
-  if (d->metrics.e2e_ns) *d->metrics.e2e_ns += lag_ns;
-  d->lag_last_ns = lag_ns;
-  r.path_times.resize(r.timeline.size());
-  for (std::size_t i = 0; i < r.timeline.size(); ++i) r.path_times[i].delivered_ns = r.timeline[i].ts_ns + lag_ns;
-  if (edit) edit(*d);
-  r.delivery = std::move(d);
+  core::PathView view = core::path_view_of(r);
+  core::Delivery d;
+  d.vantage = vantage;
+  d.metrics = r.metrics;
+  d.stall_causes = view.stall_causes;
+  if (d.metrics.ttft_ns) *d.metrics.ttft_ns += lag_ns;
+  if (d.metrics.e2e_ns) *d.metrics.e2e_ns += lag_ns;
+  d.lag_last_ns = lag_ns;
+  view.times.resize(r.timeline.size());
+  for (std::size_t i = 0; i < r.timeline.size(); ++i) view.times[i].delivered_ns = r.timeline[i].ts_ns + lag_ns;
+  if (edit) edit(d);
+  view.delivery = std::move(d);
+  r.path_view = std::make_shared<const core::PathView>(std::move(view));
   return r;
+}
+
+// Delivered stalls with the causes the path gave them.
+void set_delivered_stalls(core::Delivery& d, std::initializer_list<core::StallCause> causes) {
+  d.metrics.stalls.assign(causes.size(), core::Stall{});
+  d.stall_causes.clear();
+  for (core::StallCause c : causes) d.stall_causes.push_back({.cause = c});
 }
 
 std::map<std::string, std::string> at_vantage(std::map<std::string, std::string> labels, const std::string& v) {
@@ -593,7 +608,9 @@ TEST(MetricsRegistry, ClientFamiliesTakeEachClientViewOnce) {
   {
     MetricsRegistry reg;  // the next hop is traced (a gateway, a local client): its record is the view
     StreamRecord r = with_delivery(make_record(stream), core::Vantage::acked, 2 * kMs);
-    r.peer_stream_id = "7-0";
+    core::PathView view = core::path_view_of(r);
+    view.peer_stream_id = "7-0";
+    r.path_view = std::make_shared<const core::PathView>(std::move(view));
     reg.observe(r);
     reg.observe(with_delivery(make_record(stream), core::Vantage::read, 3 * kMs));
     const Exposition e = parse_exposition(reg.render());
@@ -611,8 +628,7 @@ TEST(MetricsRegistry, StallsByCauseAtEachVantage) {
   MetricsRegistry reg;
   reg.observe(with_delivery(make_record({.gaps_ns = {kMs}, .stalls = {core::StallCause::model}}), core::Vantage::acked,
                             kMs, [](core::Delivery& d) {
-                              d.metrics.stalls = {core::Stall{.cause = core::StallCause::network},
-                                                  core::Stall{.cause = core::StallCause::model}};
+                              set_delivered_stalls(d, {core::StallCause::network, core::StallCause::model});
                             }));
   reg.observe(make_record({.role = Role::client, .comm = "curl", .stalls = {core::StallCause::client_read}}));
   const Exposition e = parse_exposition(reg.render());
@@ -631,8 +647,7 @@ TEST(MetricsRegistry, PathDegradedStreamsByCause) {
     d.degraded_by_path = true;
     d.ttft_cause = core::StallCause::gateway_buffering;
     d.lag_cause = core::StallCause::client_read;
-    d.metrics.stalls = {core::Stall{.cause = core::StallCause::model}, core::Stall{.cause = core::StallCause::network},
-                        core::Stall{.cause = core::StallCause::network}};
+    set_delivered_stalls(d, {core::StallCause::model, core::StallCause::network, core::StallCause::network});
   }));
   reg.observe(with_delivery(make_record({.gaps_ns = {kMs}}), core::Vantage::read, 400 * kMs, [](core::Delivery& d) {
     d.degraded_by_path = true;

@@ -316,15 +316,18 @@ TEST(OtlpSpans, AJoinedPathIsOneTraceWithParents) {
   core::StreamRecord down = server_record(3, 40, 3);  // its downstream leg
   core::StreamRecord client = client_of(down, 4);
   up.conn.pid = down.conn.pid = 7;
-  server.peer_stream_id = core::stream_id(up);
-  up.peer_stream_id = core::stream_id(server);
-  down.peer_stream_id = core::stream_id(client);
-  client.peer_stream_id = core::stream_id(down);
-  core::GatewayLeg up_leg{.leg = core::GatewayLeg::Side::upstream, .peer_stream_id = core::stream_id(down)};
-  core::GatewayLeg down_leg{.leg = core::GatewayLeg::Side::downstream, .peer_stream_id = core::stream_id(up)};
-  up.gateway = std::make_shared<const core::GatewayLeg>(up_leg);
-  down.gateway = std::make_shared<const core::GatewayLeg>(down_leg);
-  for (core::StreamRecord* r : {&server, &up, &down, &client}) r->path_root = core::stream_id(server);
+  // The views the path stage would attach to the four records of the path.
+  const auto attach = [&](core::StreamRecord& r, const core::StreamRecord& peer, std::optional<core::GatewayLeg> leg) {
+    core::PathView view;
+    view.root = core::stream_id(server);
+    view.peer_stream_id = core::stream_id(peer);
+    view.gateway = std::move(leg);
+    r.path_view = std::make_shared<const core::PathView>(std::move(view));
+  };
+  attach(server, up, std::nullopt);
+  attach(up, server, core::GatewayLeg{.leg = core::GatewayLeg::Side::upstream, .peer_stream_id = core::stream_id(down)});
+  attach(down, client, core::GatewayLeg{.leg = core::GatewayLeg::Side::downstream, .peer_stream_id = core::stream_id(up)});
+  attach(client, down, std::nullopt);
 
   const WallClock clock(0);
   const Span s = span_of(server, clock, ids, {}), u = span_of(up, clock, ids, {}), d = span_of(down, clock, ids, {}),
@@ -348,7 +351,8 @@ TEST(OtlpSpans, AttributesStatusAndTimelineEvents) {
   core::StreamRecord r = server_record(1, 30, 5);
   r.path = "/v1/chat/completions";
   r.status = 500;
-  r.metrics.stalls.push_back({.after_event = 2, .start_ns = 1'100 * kMs, .gap_ns = 300 * kMs, .cause = core::StallCause::model});
+  r.metrics.stalls.push_back({.after_event = 2, .start_ns = 1'100 * kMs, .gap_ns = 300 * kMs});
+  r.path_view = std::make_shared<const core::PathView>(core::PathView{.stall_causes = {{.cause = core::StallCause::model}}});
   const Span plain = span_of(r, WallClock(0), ids, {});
   EXPECT_EQ(plain.status, Span::Status::error);
   EXPECT_EQ(plain.status_message, "500");

@@ -92,7 +92,7 @@ TEST(Schema, RenderedRecordHasExactlyTheSchemaFields) {
   e.ts_ns = 2'000'000;
   e.kind = protocol::EventKind::content;
   r.timeline.push_back(e);
-  core::compute_metrics(r, std::nullopt, core::PipelineConfig{});
+  r.metrics = core::record_metrics(r, std::nullopt, core::PipelineConfig{});
   output::RenderOptions options;
   options.timeline = true;
   const json line = json::parse(output::render_stream(r, output::WallClock{}, options));

@@ -77,7 +77,7 @@ core::StreamRecord demo_record(std::uint64_t generation, std::uint64_t base_ns =
   r.last_token_ns = t;
   r.last_event_ns = r.timeline.back().ts_ns;
   r.end_ns = r.last_event_ns + 1 * kMs;
-  core::compute_metrics(r, 24, core::PipelineConfig{});
+  r.metrics = core::record_metrics(r, 24, core::PipelineConfig{});
   return r;
 }
 
@@ -240,7 +240,7 @@ TEST(RecordStore, StatsLeaveOutTheRateOfLowerBoundCounts) {
     holes.timeline.push_back(e);
   }
   holes.bytes_lost = 500;
-  core::compute_metrics(holes, std::nullopt, core::PipelineConfig{});
+  holes.metrics = core::record_metrics(holes, std::nullopt, core::PipelineConfig{});
   ASSERT_TRUE(holes.metrics.counts_lower_bound);
   ASSERT_FALSE(holes.metrics.tokens_per_s);
   store.add(std::move(holes));
@@ -484,7 +484,7 @@ TEST(CliFormat, ShowVariants) {
   core::StreamRecord joined = demo_record(4);
   joined.request_start_ns = joined.request_end_ns = 0;
   joined.joined_midstream = true;
-  core::compute_metrics(joined, 24, core::PipelineConfig{});
+  joined.metrics = core::record_metrics(joined, 24, core::PipelineConfig{});
   const std::string j = cli::format_show(rendered(joined));
   EXPECT_NE(j.find("joined mid-stream"), std::string::npos);
   EXPECT_NE(j.find("◀ stall 320 ms"), std::string::npos);

@@ -140,7 +140,7 @@ TEST(StreamBounds, PastTheTailBoundCountsStayExactAndTheRecordSaysSo) {
   r.tail.max_gap_ns = 50 * kMs;
   r.tail.last_token_ns = kT0 + 100 * kMs;
   r.last_event_ns = r.tail.last_token_ns;
-  compute_metrics(r, std::nullopt, PipelineConfig{});
+  r.metrics = record_metrics(r, std::nullopt, PipelineConfig{});
   EXPECT_TRUE(r.metrics.itl_truncated);
   EXPECT_EQ(r.metrics.content_events, 13u);
   EXPECT_EQ(r.metrics.tokens, 13u);

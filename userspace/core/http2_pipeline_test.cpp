@@ -196,7 +196,7 @@ TEST(Http2Pipeline, AStallDuringAZeroHttp2WindowIsBackpressureFromTheWindow) {
   EXPECT_GE(r.h2_flow.window_zero_episodes, 1u);
   EXPECT_EQ(r.h2_flow.window_scope, protocol::Http2StreamStats::Scope::stream);
   ASSERT_FALSE(r.metrics.stalls.empty());
-  const core::Stall& stall = r.metrics.stalls.front();
+  const core::StallVerdict& stall = core::verdict_at(core::path_view_of(r).stall_causes, 0);
   EXPECT_EQ(stall.cause, core::StallCause::backpressure) << stall.evidence;
   EXPECT_NE(stall.evidence.find("HTTP/2"), std::string::npos) << stall.evidence;
 }

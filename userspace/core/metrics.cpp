@@ -84,7 +84,7 @@ StreamMetrics metrics_of(const std::vector<TimestampNs>& token_times, TimestampN
     for (std::size_t i = 0; i < gaps.size(); ++i) {
       const bool observed = i >= gap_observed.size() || gap_observed[i];
       if (gaps[i] > m.stall_threshold_ns && observed) {
-        m.stalls.push_back(Stall{static_cast<std::uint32_t>(i), token_times[i], gaps[i], StallCause::none, {}});
+        m.stalls.push_back(Stall{static_cast<std::uint32_t>(i), token_times[i], gaps[i]});
       }
     }
   } else {
@@ -104,8 +104,8 @@ std::vector<bool> content_gaps_observed(const std::vector<TimelineEvent>& timeli
   return out;
 }
 
-void compute_metrics(StreamRecord& record, std::optional<std::uint64_t> usage_completion_tokens,
-                     const PipelineConfig& config) {
+StreamMetrics record_metrics(const StreamRecord& record, std::optional<std::uint64_t> usage_completion_tokens,
+                             const PipelineConfig& config) {
   const std::vector<TimestampNs> token_times = token_times_of(record);
   const TimelineTail& tail = record.tail;
   // Past kMaxTailGaps the tail counts content events it keeps no time for.
@@ -132,7 +132,7 @@ void compute_metrics(StreamRecord& record, std::optional<std::uint64_t> usage_co
                                                                            : TokenSource::events;
   m.counts_lower_bound = record.bytes_lost + record.bytes_not_captured > 0;
   if (m.counts_lower_bound && m.token_source != TokenSource::usage) m.tokens_per_s.reset();
-  record.metrics = std::move(m);
+  return m;
 }
 
 }  // namespace infertap::core

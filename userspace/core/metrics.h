@@ -49,9 +49,10 @@ class ContentGapWatch {
 // between them cover every byte (none lost between syscalls)?
 std::vector<bool> content_gaps_observed(const std::vector<TimelineEvent>& timeline);
 
-// Fills record.metrics from record.timeline, request_end_ns, last_event_ns and
-// `usage_completion_tokens` (the stream's own usage report, when it had one).
-void compute_metrics(StreamRecord& record, std::optional<std::uint64_t> usage_completion_tokens,
-                     const PipelineConfig& config);
+// A record's metrics from its timeline and tail, request_end_ns,
+// last_event_ns and `usage_completion_tokens` (the stream's own usage report,
+// when it had one). The assembler sets them when the record finishes.
+StreamMetrics record_metrics(const StreamRecord& record, std::optional<std::uint64_t> usage_completion_tokens,
+                             const PipelineConfig& config);
 
 }  // namespace infertap::core

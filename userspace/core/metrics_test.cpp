@@ -27,7 +27,7 @@ TEST(Metrics, TtftItlRateAndE2eFollowTheirDefinitions) {
   done.kind = protocol::EventKind::done;
   r.timeline.push_back(done);
   r.last_event_ns = done.ts_ns;
-  compute_metrics(r, std::nullopt, PipelineConfig{});
+  r.metrics = record_metrics(r, std::nullopt, PipelineConfig{});
   EXPECT_EQ(*r.metrics.ttft_ns, 10 * kMs);
   EXPECT_EQ(*r.metrics.e2e_ns, 60 * kMs);
   EXPECT_EQ(r.metrics.tokens, 4u);
@@ -41,7 +41,7 @@ TEST(Metrics, TtftItlRateAndE2eFollowTheirDefinitions) {
 
 TEST(Metrics, UsageTokensScaleTheRateByEventShare) {
   StreamRecord r = record_with_tokens({0, 100}, 0);
-  compute_metrics(r, 10, PipelineConfig{});  // 10 tokens in 2 events: 5 after the first
+  r.metrics = record_metrics(r, 10, PipelineConfig{});  // 10 tokens in 2 events: 5 after the first
   EXPECT_EQ(r.metrics.tokens, 10u);
   EXPECT_EQ(r.metrics.token_source, core::TokenSource::usage);
   EXPECT_NEAR(*r.metrics.tokens_per_s, 5.0 / 0.1, 1e-9);
@@ -49,7 +49,7 @@ TEST(Metrics, UsageTokensScaleTheRateByEventShare) {
 
 TEST(Metrics, SingleTokenHasNoRateNorItl) {
   StreamRecord r = record_with_tokens({50}, 0);
-  compute_metrics(r, std::nullopt, PipelineConfig{});
+  r.metrics = record_metrics(r, std::nullopt, PipelineConfig{});
   EXPECT_FALSE(r.metrics.tokens_per_s.has_value());
   EXPECT_FALSE(r.metrics.itl_p50_ns.has_value());
   EXPECT_TRUE(r.metrics.stalls.empty());
@@ -61,7 +61,7 @@ TEST(Metrics, StallThresholdIsRelativeAboveTheFloor) {
   config.stall_ratio = 3.0;
   // Median gap 40 ms -> threshold 120 ms; the 130 ms gap is a stall, 100 ms is not.
   StreamRecord r = record_with_tokens({0, 40, 80, 180, 220, 350, 390}, 0);
-  compute_metrics(r, std::nullopt, config);
+  r.metrics = record_metrics(r, std::nullopt, config);
   EXPECT_EQ(r.metrics.stall_threshold_ns, 120 * kMs);
   ASSERT_EQ(r.metrics.stalls.size(), 1u);
   EXPECT_EQ(r.metrics.stalls[0].gap_ns, 130 * kMs);
@@ -71,7 +71,7 @@ TEST(Metrics, StallThresholdIsRelativeAboveTheFloor) {
 TEST(Metrics, JoinedStreamHasNoTtftOrE2e) {
   StreamRecord r = record_with_tokens({110, 120}, 100);
   r.joined_midstream = true;
-  compute_metrics(r, std::nullopt, PipelineConfig{});
+  r.metrics = record_metrics(r, std::nullopt, PipelineConfig{});
   EXPECT_FALSE(r.metrics.ttft_ns.has_value());
   EXPECT_FALSE(r.metrics.e2e_ns.has_value());
   EXPECT_EQ(*r.metrics.itl_p50_ns, 10 * kMs);

@@ -441,12 +441,12 @@ TEST(Pipeline, AUnixConnectionIsNamedJoinedAndForgottenByItsInode) {
   EXPECT_EQ(c.conn.local.to_string(), "unix:*");
   EXPECT_EQ(c.conn.remote.to_string(), "unix:/run/app.sock");
   EXPECT_EQ(s.conn.inode, 777u);
-  EXPECT_EQ(s.peer_stream_id, stream_id(c));
-  EXPECT_EQ(c.peer_stream_id, stream_id(s));
+  EXPECT_EQ(path_view_of(s).peer_stream_id, stream_id(c));
+  EXPECT_EQ(path_view_of(c).peer_stream_id, stream_id(s));
   EXPECT_EQ(s.tcp.send_buffer_full, 1u);
   ASSERT_EQ(s.tcp.send_buffer_full_at.size(), 1u);
   EXPECT_EQ(s.tcp.send_buffer_full_at[0].second, 9000u);
-  EXPECT_EQ(c.timeline[2].arrived_ns, s.timeline[2].ts_ns) << "a unix read's arrival is its sender's emit";
+  EXPECT_EQ(path_view_of(c).times[2].arrived_ns, s.timeline[2].ts_ns) << "a unix read's arrival is its sender's emit";
 }
 
 // Only the server's end traced: the kernel reports the unix socket freed

@@ -58,6 +58,16 @@ std::string_view to_string(GatewayLeg::Side s) {
   return s == GatewayLeg::Side::upstream ? "upstream" : "downstream";
 }
 
+const StallVerdict& verdict_at(const std::vector<StallVerdict>& verdicts, std::size_t i) {
+  static const StallVerdict kNone;
+  return i < verdicts.size() ? verdicts[i] : kNone;
+}
+
+const PathView& path_view_of(const StreamRecord& r) {
+  static const PathView kNone;
+  return r.path_view ? *r.path_view : kNone;
+}
+
 std::size_t TimelineTail::held_bytes() const {
   return gaps.capacity() * sizeof(gaps[0]) + long_gaps.capacity() * sizeof(long_gaps[0]) +
          unobserved.capacity() * sizeof(unobserved[0]);
@@ -68,7 +78,7 @@ std::size_t TimelineTail::held_bytes() const {
 std::size_t held_bytes(const StreamRecord& r) {
   const TcpContext& t = r.tcp;
   return sizeof(StreamRecord) + r.timeline.capacity() * sizeof(TimelineEvent) + r.tail.held_bytes() +
-         r.body_holes.capacity() * sizeof(BodyHole) + r.path_times.capacity() * sizeof(PathTimes) +
+         r.body_holes.capacity() * sizeof(BodyHole) +
          (t.eagain_ns.capacity() + t.retransmit_ns.capacity()) * sizeof(TimestampNs) +
          (t.send_buffer_full_at.capacity() + t.zero_window.capacity()) * 16 + r.method.capacity() +
          r.path.capacity() + r.model.capacity() + r.request_model.capacity() + r.content_type.capacity() +

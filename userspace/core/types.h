@@ -136,10 +136,12 @@ class ArrivalLog {
   std::deque<std::pair<std::uint32_t, TimestampNs>> arrivals_;
 };
 
-// An event's times at the other places of its path (0 = not seen): filled
-// when the record is finished and joined (StreamRecord::path_times). Kept out
-// of TimelineEvent, which every event of every stream pays for.
+// An event's times at the other places of its path (0 = not seen): part of
+// the record's PathView. Kept out of TimelineEvent, which every event of
+// every stream pays for.
 struct PathTimes {
+  TimestampNs arrived_ns = 0;       // unix receiver: its bytes were queued when the traced sender emitted
+                                    // them (a unix socket gives no arrival of its own)
   TimestampNs peer_ns = 0;          // the other end of this TCP connection, when traced: its read (for a
                                     // sender) or its emit (for a receiver)
   TimestampNs peer_arrived_ns = 0;  // sender: when the traced peer's socket got the last byte
@@ -166,7 +168,7 @@ inline constexpr std::size_t kMaxBodyHoles = 64;
 // A stream's events past its timeline bound (PipelineConfig::max_timeline_events):
 // only what exact aggregates need, 4 bytes per content event instead of a
 // TimelineEvent (96 bytes) per event. Filled by the assembler, read by
-// compute_metrics; never output event by event.
+// record_metrics; never output event by event.
 struct TimelineTail {
   static constexpr std::uint32_t kLongGap = 0xffff'ffff;  // the gap is the next entry of long_gaps
   // Content event gaps kept past the timeline (16 MiB): past it the ITL
@@ -191,13 +193,22 @@ struct TimelineTail {
 enum class StallCause : std::uint8_t { none, model, gateway_buffering, backpressure, network, client_read };
 std::string_view to_string(StallCause c);
 
+// A gap between token events past the stall threshold, as the stream's own
+// timeline shows it (core/metrics.h). Its cause is the path's to say.
 struct Stall {
   std::uint32_t after_event = 0;  // index (in content events) of the event before the gap
   TimestampNs start_ns = 0;
   std::uint64_t gap_ns = 0;
+};
+
+// Why one stall happened (core/path/diagnosis.h): kept beside the stalls it
+// judges, one per stall, in the same order.
+struct StallVerdict {
   StallCause cause = StallCause::none;
   std::string evidence;  // what decided the cause, for a person
 };
+// Verdict i of a list (none when the list has no verdict for it).
+const StallVerdict& verdict_at(const std::vector<StallVerdict>& verdicts, std::size_t i);
 
 // TCP context of a stream's connection while the stream ran (delivery signals).
 struct TcpContext {
@@ -258,6 +269,7 @@ struct Delivery {
   Vantage vantage = Vantage::unknown;  // read (a local client's reads) or acked (the last hop's ACKs)
   std::string path;     // hops, e.g. "server>gateway(nginx)>client"
   StreamMetrics metrics;  // TTFT from the server's request end, ITL between delivered token events
+  std::vector<StallVerdict> stall_causes;  // one per metrics.stalls
   std::optional<std::uint64_t> ttft_added_ns;     // delivered TTFT - emitted TTFT
   std::optional<std::int64_t> itl_p99_added_ns;   // delivered ITL p99 - emitted ITL p99
   std::optional<std::int64_t> longest_pause_added_ns;
@@ -290,6 +302,21 @@ struct GatewayLeg {
   bool buffering = false;
 };
 std::string_view to_string(GatewayLeg::Side s);
+
+// What a record's path on this host says of it (core/path/): the output of
+// the path stage, made once when the record's group is released.
+struct PathView {
+  // The stream_id of the most upstream record of its joined path (the
+  // server's, else a gateway's upstream leg), the same on every record of the
+  // group; "" when the record was joined to none. Exporters key the path on
+  // it (one trace per path) although each record sees only its neighbours.
+  std::string root;
+  std::string peer_stream_id;               // the traced other end of this connection
+  std::vector<PathTimes> times;             // per timeline event; empty when nothing past this socket was seen
+  std::vector<StallVerdict> stall_causes;   // one per metrics.stalls of the record
+  std::optional<Delivery> delivery;         // server/gateway records: the client-observed view
+  std::optional<GatewayLeg> gateway;        // a gateway's leg: the other leg and its delays
+};
 
 struct StreamRecord {
   ConnIdentity conn;
@@ -347,21 +374,16 @@ struct StreamRecord {
   std::vector<TimelineEvent> timeline;  // the first max_timeline_events events; rendered only on request
   TimelineTail tail;                    // the events past them (timeline_truncated when any)
   std::vector<BodyHole> body_holes;     // in body order, at most kMaxBodyHoles; never output
-  std::vector<PathTimes> path_times;    // parallel to timeline; empty when nothing past this socket was seen
   TcpContext tcp;
   LoadContext load;                  // the load it ran under (core/load.h)
-  std::string peer_stream_id;        // the traced other end of this TCP connection
-  // Set once, when the record is joined; shared (not inline) because every
-  // stream in flight carries a StreamRecord and few have these.
-  std::shared_ptr<const Delivery> delivery;  // server/gateway records: the client-observed view
-  std::shared_ptr<const GatewayLeg> gateway;
-  // The stream_id of the most upstream record of its joined path (the
-  // server's, else a gateway's upstream leg), set by the joiner on every
-  // record of the group; "" when the record was joined to none. Every record
-  // of one path names the same one, so exporters can key the path on it
-  // (one trace per path) although each record sees only its neighbours.
-  std::string path_root;
+  // What the path stage (core/path/) found, attached whole when the record
+  // leaves it; null before (and for a record that never went through it).
+  // Shared, not inline: every stream in flight carries a StreamRecord.
+  std::shared_ptr<const PathView> path_view;
 };
+
+// Its path view, or an empty one: one place says what "no path" reads as.
+const PathView& path_view_of(const StreamRecord& r);
 
 // Bytes a record holds (itself, its timeline, tail and evidence): the
 // estimate the live-stream budget (PipelineConfig::max_live_stream_bytes) counts.

@@ -152,7 +152,10 @@ RecordStore::~RecordStore() {
 
 std::size_t timeline_memory_bytes(const core::StreamRecord& r) {
   return sizeof(core::StreamRecord) + r.timeline.capacity() * sizeof(core::TimelineEvent) +
-         r.path_times.capacity() * sizeof(core::PathTimes) + r.metrics.stalls.capacity() * sizeof(core::Stall);
+         r.metrics.stalls.capacity() * sizeof(core::Stall) +
+         (r.path_view ? sizeof(core::PathView) + r.path_view->times.capacity() * sizeof(core::PathTimes) +
+                            r.path_view->stall_causes.capacity() * sizeof(core::StallVerdict)
+                      : 0);
 }
 
 void RecordStore::add(const core::StreamRecord& record) {

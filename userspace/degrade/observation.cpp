@@ -20,19 +20,20 @@ std::optional<Vantage> parse_vantage(std::string_view s) {
 
 // The record's own name for it (stall_causes, Prometheus' cause label): "none"
 // for a stall nothing on the path decided.
-std::string stall_cause_of(const core::Stall& stall) { return std::string(core::to_string(stall.cause)); }
+std::string stall_cause_of(const core::StallVerdict& verdict) { return std::string(core::to_string(verdict.cause)); }
 
 namespace {
 
-// The judged numbers of a record's metrics; decode_ns is the caller's.
-StreamTiming timing_of(const core::StreamMetrics& m) {
+// The judged numbers of a record's metrics, its stalls counted by the
+// verdicts the path gave them; decode_ns is the caller's.
+StreamTiming timing_of(const core::StreamMetrics& m, const std::vector<core::StallVerdict>& verdicts) {
   StreamTiming t;
   t.ttft_ns = m.ttft_ns;
   t.tokens_per_s = m.tokens_per_s;
   t.itl_p95_ns = m.itl_p95_ns;
   t.itl_p99_ns = m.itl_p99_ns;
   t.longest_pause_ns = m.longest_pause_ns;
-  for (const core::Stall& s : m.stalls) t.stall_causes[stall_cause_of(s)] += 1;
+  for (std::size_t i = 0; i < m.stalls.size(); ++i) t.stall_causes[stall_cause_of(core::verdict_at(verdicts, i))] += 1;
   return t;
 }
 
@@ -63,19 +64,21 @@ LoadNumbers load_of(const core::LoadContext& l) {
 }
 
 std::optional<DeliveryMetrics> delivery_of(const core::StreamRecord& r) {
-  if (!r.delivery) return std::nullopt;
-  DeliveryMetrics d = timing_of(r.delivery->metrics);
+  const core::PathView& path = core::path_view_of(r);
+  if (!path.delivery) return std::nullopt;
+  const core::Delivery& delivery = *path.delivery;
+  DeliveryMetrics d = timing_of(delivery.metrics, delivery.stall_causes);
   core::TimestampNs first = 0, last = 0;
-  for (std::size_t i = 0; i < r.timeline.size() && i < r.path_times.size(); ++i) {
-    const core::TimestampNs t = r.path_times[i].delivered_ns;
+  for (std::size_t i = 0; i < r.timeline.size() && i < path.times.size(); ++i) {
+    const core::TimestampNs t = path.times[i].delivered_ns;
     if (r.timeline[i].kind != protocol::EventKind::content || !t) continue;
     if (!first) first = t;
     last = t;
   }
   d.decode_ns = last > first ? last - first : 0;
-  d.delivery_lag_ns = r.delivery->lag_last_ns;
+  d.delivery_lag_ns = delivery.lag_last_ns;
   // The first token's wait on the path counts as a stall of its cause.
-  if (r.delivery->ttft_cause != core::StallCause::none) d.stall_causes[std::string(core::to_string(r.delivery->ttft_cause))] += 1;
+  if (delivery.ttft_cause != core::StallCause::none) d.stall_causes[std::string(core::to_string(delivery.ttft_cause))] += 1;
   return d;
 }
 
@@ -86,7 +89,7 @@ std::vector<Observation> observations_from(const core::StreamRecord& r, const st
   if (r.role != core::Role::server && r.role != core::Role::client) return out;
   // A local client whose server is traced: the server record's delivery view
   // is this observation already (counting both would weigh it twice).
-  if (r.role == core::Role::client && !r.peer_stream_id.empty()) return out;
+  if (r.role == core::Role::client && !core::path_view_of(r).peer_stream_id.empty()) return out;
 
   Observation o;
   o.end_ns = r.end_ns ? r.end_ns : r.last_event_ns;
@@ -102,7 +105,7 @@ std::vector<Observation> observations_from(const core::StreamRecord& r, const st
   o.container = core::container_key(r.conn.cgroup_path);
   o.vantage = r.role == core::Role::server ? Vantage::server_emit : Vantage::client_observed;
   o.output_tokens = r.metrics.tokens;
-  static_cast<StreamTiming&>(o) = timing_of(r.metrics);
+  static_cast<StreamTiming&>(o) = timing_of(r.metrics, core::path_view_of(r).stall_causes);
   o.decode_ns = r.last_token_ns > r.first_token_ns ? r.last_token_ns - r.first_token_ns : 0;
   if (r.role == core::Role::server) o.client_addr = core::address_of(r.conn.remote);
   out.push_back(o);

@@ -85,7 +85,7 @@ using DeliveryMetrics = StreamTiming;
 LoadNumbers load_of(const core::LoadContext& load);
 
 // The stall cause name a record's stall is counted under.
-std::string stall_cause_of(const core::Stall& stall);
+std::string stall_cause_of(const core::StallVerdict& verdict);
 
 // The client-observed view a server (or gateway) record carries when the
 // path behind it was traced: its `delivery` (local reader's reads or the last

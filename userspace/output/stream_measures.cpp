@@ -32,6 +32,7 @@ void observe_gaps(MeasureSink& sink, HistogramFamily f, std::string_view vantage
 struct View {
   std::string_view vantage;
   const StreamMetrics& m;
+  const std::vector<core::StallVerdict>& stall_causes;  // one per m.stalls
   std::vector<TimestampNs> token_times;
 };
 
@@ -69,7 +70,7 @@ void add_view(MeasureSink& sink, const View& v, Side side, bool successful) {
   if (v.m.itl_max_ns) sink.observe(HistogramFamily::longest_pause, v.vantage, seconds(*v.m.itl_max_ns));
   sink.view(v.vantage, v.m);
   std::map<core::StallCause, std::uint64_t> causes;
-  for (const core::Stall& st : v.m.stalls) causes[st.cause] += 1;
+  for (std::size_t i = 0; i < v.m.stalls.size(); ++i) causes[core::verdict_at(v.stall_causes, i).cause] += 1;
   for (const auto& [cause, n] : causes) sink.count(CounterFamily::stalls, v.vantage, core::to_string(cause), n);
 }
 
@@ -92,10 +93,11 @@ std::vector<TimestampNs> own_token_times(const StreamRecord& r) {
 // the delivery metrics take them, core/path/delivery.cpp).
 std::vector<TimestampNs> delivered_token_times(const StreamRecord& r) {
   std::vector<TimestampNs> out;
-  for (std::size_t i = 0; i < r.timeline.size() && i < r.path_times.size(); ++i) {
+  const std::vector<core::PathTimes>& times = core::path_view_of(r).times;
+  for (std::size_t i = 0; i < r.timeline.size() && i < times.size(); ++i) {
     if (r.timeline[i].kind != protocol::EventKind::content) continue;
-    if (!r.path_times[i].delivered_ns) break;
-    out.push_back(r.path_times[i].delivered_ns);
+    if (!times[i].delivered_ns) break;
+    out.push_back(times[i].delivered_ns);
   }
   return out;
 }
@@ -124,8 +126,8 @@ std::set<std::string_view> path_causes(const core::Delivery& d) {
   for (core::StallCause c : {d.ttft_cause, d.lag_cause}) {
     if (c != core::StallCause::none) out.insert(core::to_string(c));
   }
-  for (const core::Stall& st : d.metrics.stalls) {
-    if (st.cause != core::StallCause::model && st.cause != core::StallCause::none) out.insert(core::to_string(st.cause));
+  for (const core::StallVerdict& v : d.stall_causes) {
+    if (v.cause != core::StallCause::model && v.cause != core::StallCause::none) out.insert(core::to_string(v.cause));
   }
   if (out.empty()) out.insert(core::to_string(core::StallCause::none));
   return out;
@@ -136,14 +138,15 @@ std::set<std::string_view> path_causes(const core::Delivery& d) {
 // record's socket is the last hop (a local client's own record, or the
 // gateway's downstream record, is that view already).
 void add_delivery(MeasureSink& sink, const StreamRecord& r) {
-  const core::Delivery& del = *r.delivery;
+  const core::PathView& path = core::path_view_of(r);
+  const core::Delivery& del = *path.delivery;
   const std::string_view vantage = vantage_of(del);
   if (del.lag_last_ns) sink.observe(HistogramFamily::lag, vantage, seconds(*del.lag_last_ns));
   if (del.degraded_by_path) {
     for (std::string_view cause : path_causes(del)) sink.count(CounterFamily::path_degraded, vantage, cause, 1);
   }
-  if (del.vantage == core::Vantage::acked && r.peer_stream_id.empty()) {
-    add_view(sink, View{kVantageAcked, del.metrics, delivered_token_times(r)}, Side::client, true);
+  if (del.vantage == core::Vantage::acked && path.peer_stream_id.empty()) {
+    add_view(sink, View{kVantageAcked, del.metrics, del.stall_causes, delivered_token_times(r)}, Side::client, true);
     add_usage(sink, r, kVantageAcked);
   }
 }
@@ -188,11 +191,11 @@ std::string_view to_string(TokenType t) { return t == TokenType::input ? "input"
 void observe_record(const StreamRecord& r, MeasureSink& sink) {
   const std::string_view vantage = vantage_of(r.role);
   const Side side = r.role == core::Role::server ? Side::server : r.role == core::Role::client ? Side::client : Side::none;
-  add_view(sink, View{vantage, r.metrics, own_token_times(r)}, side, successful(r));
+  add_view(sink, View{vantage, r.metrics, core::path_view_of(r).stall_causes, own_token_times(r)}, side, successful(r));
   if (side == Side::client) add_usage(sink, r, vantage);
   sink.count(CounterFamily::tokens, vantage, {}, r.metrics.tokens);
   sink.count(CounterFamily::streams, vantage, core::to_string(r.end), 1);
-  if (r.role == core::Role::server && r.delivery) add_delivery(sink, r);
+  if (r.role == core::Role::server && core::path_view_of(r).delivery) add_delivery(sink, r);
 }
 
 RecordLabels labels_of(const StreamRecord& r, std::size_t max_bytes) {

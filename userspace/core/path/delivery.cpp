@@ -83,8 +83,8 @@ void measure_lag(Delivery& d, const PathNode& node, const std::vector<int>& cont
 // behind.
 void judge(Delivery& d, const std::vector<Hop>& first, const PipelineConfig& config) {
   std::map<StallCause, std::uint32_t> path_stalls;
-  for (const Stall& st : d.metrics.stalls) {
-    if (st.cause != StallCause::model && st.cause != StallCause::none) ++path_stalls[st.cause];
+  for (const StallVerdict& v : d.stall_causes) {
+    if (v.cause != StallCause::model && v.cause != StallCause::none) ++path_stalls[v.cause];
   }
   const bool ttft_hurt = d.ttft_added_ns && *d.ttft_added_ns >= config.stall_floor_ns;
   if (ttft_hurt) {
@@ -116,10 +116,11 @@ void judge(Delivery& d, const std::vector<Hop>& first, const PipelineConfig& con
 std::optional<Delivery> delivery_of(const PathNode& node, const PipelineConfig& config) {
   const StreamRecord& r = node.rec;
   const std::vector<int> content = content_events(r.timeline);
-  if (r.role != Role::server || content.empty() || r.path_times.empty()) return std::nullopt;
+  const std::vector<PathTimes>& times = node.view.times;
+  if (r.role != Role::server || content.empty() || times.empty()) return std::nullopt;
   std::vector<TimestampNs> delivered;
   for (int i : content) {
-    const TimestampNs t = r.path_times[static_cast<std::size_t>(i)].delivered_ns;
+    const TimestampNs t = times[static_cast<std::size_t>(i)].delivered_ns;
     if (!t) break;
     delivered.push_back(t);
   }
@@ -129,18 +130,16 @@ std::optional<Delivery> delivery_of(const PathNode& node, const PipelineConfig& 
   d.vantage = first.back().kind == HopKind::read ? Vantage::read : Vantage::acked;
   d.path = path_label(first, d.vantage);
   const bool has_request = r.request_end_ns != 0 && !r.joined_midstream;
-  const TimestampNs last = r.path_times.back().delivered_ns ? r.path_times.back().delivered_ns : delivered.back();
+  const TimestampNs last = times.back().delivered_ns ? times.back().delivered_ns : delivered.back();
   d.metrics = metrics_of(delivered, has_request ? r.request_end_ns : 0, last, r.metrics.tokens, config,
                          content_gaps_observed(r.timeline));
   d.metrics.token_source = r.metrics.token_source;
   d.metrics.counts_lower_bound = r.metrics.counts_lower_bound;
   if (d.metrics.counts_lower_bound && d.metrics.token_source == TokenSource::events) d.metrics.tokens_per_s.reset();
   d.metrics.events = r.metrics.events;
-  for (Stall& st : d.metrics.stalls) {
-    if (st.after_event + 1 >= content.size()) continue;
-    Verdict v = gap_cause(&node, content[st.after_event], content[st.after_event + 1], true);
-    st.cause = v.cause;
-    st.evidence = std::move(v.evidence);
+  for (const Stall& st : d.metrics.stalls) {
+    if (st.after_event + 1 >= content.size()) d.stall_causes.emplace_back();
+    else d.stall_causes.push_back(gap_cause(&node, content[st.after_event], content[st.after_event + 1], true));
   }
   compare_with_emitted(d, r.metrics);
   d.max_burst = longest_burst(delivered);

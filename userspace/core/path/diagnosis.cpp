@@ -32,7 +32,11 @@ const TimelineEvent& event_of(const Hop& hop) { return hop.at->rec.timeline[stat
 // its buffer fills or it is flushed, the classic way gateways buffer SSE.
 bool compressed(const PathNode& node) { return node.rec.content_encoding != protocol::ContentEncoding::identity; }
 
-std::uint64_t unread_ns(const TimelineEvent& e) { return e.ts_ns > e.arrived_ns ? e.ts_ns - e.arrived_ns : 0; }
+// How long event i's bytes waited in the node's socket before its read (0: arrival not known).
+std::uint64_t unread_ns(const PathNode& node, int i) {
+  const TimestampNs arrived = arrived_at(node, i), read = node.rec.timeline[static_cast<std::size_t>(i)].ts_ns;
+  return arrived && read > arrived ? read - arrived : 0;
+}
 
 const Hop* last_emit_at_or_before(const std::vector<Hop>& path, std::size_t k) {
   for (std::size_t i = k + 1; i-- > 0;) {
@@ -54,8 +58,7 @@ Verdict blocked_send_cause(const PathNode* s, int ia, int ib, std::uint64_t gap,
     for (int i = ia + 1; i <= ib; ++i) {
       const int j = mapped(s->to_peer, i);
       if (j < 0) continue;
-      const TimelineEvent& r = s->peer->rec.timeline[static_cast<std::size_t>(j)];
-      if (r.arrived_ns && r.ts_ns > r.arrived_ns) unread = std::max(unread, r.ts_ns - r.arrived_ns);
+      unread = std::max(unread, unread_ns(*s->peer, j));
     }
     if (mostly(unread, gap))
       return {StallCause::backpressure, what + "; the reader left bytes unread for " + evidence_ms(unread)};
@@ -181,7 +184,7 @@ Verdict remote_sender_cause(const std::vector<Hop>& path_b, const WorstHop& w) {
   const Hop* arrived_b = path_b.front().kind == HopKind::arrived ? &path_b.front() : nullptr;
   if (w.b->kind == HopKind::read && arrived_b && w.b != arrived_b)
     return {StallCause::client_read,
-            "bytes waited " + evidence_ms(unread_ns(event_of(*w.b))) + " in the client's socket before the read"};
+            "bytes waited " + evidence_ms(unread_ns(*w.b->at, w.b->index)) + " in the client's socket before the read"};
   return {StallCause::model, "the sender is not traced on this host: nothing arrived for " +
                                  evidence_ms(static_cast<std::uint64_t>(std::max<std::int64_t>(w.last_gap, 0)))};
 }
@@ -213,15 +216,15 @@ Verdict read_hop_cause(const WorstHop& w) {
   const auto worst = static_cast<std::uint64_t>(w.added);
   if (w.b->at->gateway)
     return {StallCause::gateway_buffering, "gateway read the event " + evidence_ms(worst) + " later than the upstream sent it"};
-  const TimelineEvent& e = event_of(*w.b);
+  const bool arrival_known = arrived_at(*w.b->at, w.b->index) != 0;
+  const std::uint64_t unread = unread_ns(*w.b->at, w.b->index);
   // Read soon after they arrived: the gap grew before the bytes reached the
   // client's socket (an arrival this event's neighbour had no hop for).
-  if (e.arrived_ns && !mostly(unread_ns(e), worst))
-    return {StallCause::network, "the bytes reached the client's socket late and were read " + evidence_ms(unread_ns(e)) +
+  if (arrival_known && !mostly(unread, worst))
+    return {StallCause::network, "the bytes reached the client's socket late and were read " + evidence_ms(unread) +
                                      " after they arrived"};
-  return {StallCause::client_read, e.arrived_ns ? "bytes waited " + evidence_ms(unread_ns(e)) +
-                                                      " in the client's socket before the read"
-                                                : "the client read " + evidence_ms(worst) + " after the send"};
+  return {StallCause::client_read, arrival_known ? "bytes waited " + evidence_ms(unread) + " in the client's socket before the read"
+                                                 : "the client read " + evidence_ms(worst) + " after the send"};
 }
 
 // The bytes left the sender on time and reached the peer (ACK) or a local

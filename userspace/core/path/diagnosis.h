@@ -13,10 +13,7 @@
 
 namespace infertap::core {
 
-struct Verdict {
-  StallCause cause = StallCause::none;
-  std::string evidence;
-};
+using Verdict = StallVerdict;
 
 // The cause of the gap between events a and b of `node` (timeline indices).
 // `through_final`: judge the whole path up to its last vantage (the delivered

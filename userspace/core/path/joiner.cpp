@@ -172,22 +172,25 @@ const PathNode* path_root_of(const PathNode* node) {
 
 }  // namespace
 
-// The path stages, in order: each needs what the one before filled.
+// The path stages, in order: each needs what the one before found. They
+// read the records and fill each node's view, which is attached to its
+// record once, whole, when the group is released.
 void PathJoiner::finish(const Group& group) {
   if (group.size() > 1) {
     const std::string root = stream_id(path_root_of(group.front())->rec);
-    for (Waiting* h : group) h->rec.path_root = root;
+    for (Waiting* h : group) h->view.root = root;
   }
   std::vector<Hop> scratch;  // one event's hops; storage reused across events
   for (Waiting* h : group) take_unix_arrivals(*h);
   for (Waiting* h : group) fill_path_times(*h, scratch);
   for (Waiting* h : group) {
-    if (h->gateway) h->rec.gateway = std::make_shared<const GatewayLeg>(gateway_leg_of(*h));
+    if (h->gateway) h->view.gateway = gateway_leg_of(*h);
   }
   for (Waiting* h : group) {
-    diagnose_own_stalls(*h);
-    if (std::optional<Delivery> d = delivery_of(*h, config_)) h->rec.delivery = std::make_shared<const Delivery>(std::move(*d));
+    h->view.stall_causes = diagnose_own_stalls(*h);
+    h->view.delivery = delivery_of(*h, config_);
   }
+  for (Waiting* h : group) h->rec.path_view = std::make_shared<const PathView>(std::move(h->view));
 }
 
 // ---- signals and releases -----------------------------------------------------

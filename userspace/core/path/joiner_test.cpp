@@ -119,22 +119,22 @@ TEST_F(PathJoinerTest, BothEndsJoinBySequenceAndTheServerGetsTheClientsView) {
   const StreamRecord* s = find(Role::server, 100);
   const StreamRecord* c = find(Role::client, 200);
   ASSERT_TRUE(s && c);
-  EXPECT_EQ(s->peer_stream_id, stream_id(*c));
-  EXPECT_EQ(s->path_root, stream_id(*s));
-  EXPECT_EQ(c->path_root, stream_id(*s)) << "the client's path starts at the server";
-  ASSERT_EQ(s->path_times.size(), s->timeline.size());
-  EXPECT_EQ(s->path_times[3].peer_ns, c->timeline[3].ts_ns);
-  EXPECT_EQ(c->path_times[3].peer_ns, s->timeline[3].ts_ns);
-  ASSERT_TRUE(s->delivery);
-  EXPECT_EQ(s->delivery->vantage, Vantage::read);
-  EXPECT_EQ(s->delivery->path, "vllm>client");
-  EXPECT_EQ(*s->delivery->ttft_added_ns, 2 * kMs);
-  ASSERT_EQ(s->delivery->metrics.stalls.size(), 1u);
-  EXPECT_EQ(s->delivery->metrics.stalls[0].cause, StallCause::client_read);
-  EXPECT_TRUE(s->delivery->degraded_by_path);
+  EXPECT_EQ(path_view_of(*s).peer_stream_id, stream_id(*c));
+  EXPECT_EQ(path_view_of(*s).root, stream_id(*s));
+  EXPECT_EQ(path_view_of(*c).root, stream_id(*s)) << "the client's path starts at the server";
+  ASSERT_EQ(path_view_of(*s).times.size(), s->timeline.size());
+  EXPECT_EQ(path_view_of(*s).times[3].peer_ns, c->timeline[3].ts_ns);
+  EXPECT_EQ(path_view_of(*c).times[3].peer_ns, s->timeline[3].ts_ns);
+  ASSERT_TRUE(path_view_of(*s).delivery);
+  EXPECT_EQ(path_view_of(*s).delivery->vantage, Vantage::read);
+  EXPECT_EQ(path_view_of(*s).delivery->path, "vllm>client");
+  EXPECT_EQ(*path_view_of(*s).delivery->ttft_added_ns, 2 * kMs);
+  ASSERT_EQ(path_view_of(*s).delivery->metrics.stalls.size(), 1u);
+  EXPECT_EQ(path_view_of(*s).delivery->stall_causes[0].cause, StallCause::client_read);
+  EXPECT_TRUE(path_view_of(*s).delivery->degraded_by_path);
   EXPECT_TRUE(s->metrics.stalls.empty());
   ASSERT_EQ(c->metrics.stalls.size(), 1u);
-  EXPECT_EQ(c->metrics.stalls[0].cause, StallCause::client_read);
+  EXPECT_EQ(verdict_at(path_view_of(*c).stall_causes, 0).cause, StallCause::client_read);
 }
 
 // A reader a little slower than the server never leaves a long gap (16 ms
@@ -147,8 +147,8 @@ TEST_F(PathJoinerTest, AClientThatFallsBehindSteadilyIsFoundWithoutAStall) {
   for (int i = 0; i < 51; ++i) client.timeline[static_cast<std::size_t>(i)].arrived_ns = kT0 + 20 * kMs + i * 10 * kMs + 50'000;
   joiner.add(std::move(client), kT0 + 900 * kMs);
   const StreamRecord* s = find(Role::server, 100);
-  ASSERT_TRUE(s && s->delivery);
-  const Delivery& d = *s->delivery;
+  ASSERT_TRUE(s && path_view_of(*s).delivery);
+  const Delivery& d = *path_view_of(*s).delivery;
   EXPECT_TRUE(d.metrics.stalls.empty()) << "no gap between reads is a stall";
   EXPECT_EQ(*d.lag_last_ns, 301 * kMs);
   EXPECT_EQ(*d.lag_growth_ns, 300 * static_cast<std::int64_t>(kMs));
@@ -167,10 +167,10 @@ TEST_F(PathJoinerTest, TheLagFloorJudgesRecordsJoinedAfterItChanged) {
   joiner.add(stream(kServer, 51, [](int i) { return kT0 + 20 * kMs + i * 10 * kMs; }), kT0 + 600 * kMs);
   joiner.add(stream(kClient, 51, [](int i) { return kT0 + 21 * kMs + i * 16 * kMs; }), kT0 + 900 * kMs);
   const StreamRecord* s = find(Role::server, 100);
-  ASSERT_TRUE(s && s->delivery);
-  EXPECT_EQ(*s->delivery->lag_growth_ns, 300 * static_cast<std::int64_t>(kMs));
-  EXPECT_EQ(s->delivery->lag_cause, StallCause::none);
-  EXPECT_FALSE(s->delivery->degraded_by_path) << s->delivery->degraded_reason;
+  ASSERT_TRUE(s && path_view_of(*s).delivery);
+  EXPECT_EQ(*path_view_of(*s).delivery->lag_growth_ns, 300 * static_cast<std::int64_t>(kMs));
+  EXPECT_EQ(path_view_of(*s).delivery->lag_cause, StallCause::none);
+  EXPECT_FALSE(path_view_of(*s).delivery->degraded_by_path) << path_view_of(*s).delivery->degraded_reason;
 }
 
 // Readers that keep up, or fall behind a little and catch up, are not findings.
@@ -185,11 +185,11 @@ TEST_F(PathJoinerTest, AReaderThatKeepsUpOrCatchesUpIsNoFinding) {
   };
   joiner.add(stream(kClient, 40, read), kT0 + 600 * kMs);
   const StreamRecord* s = find(Role::server, 100);
-  ASSERT_TRUE(s && s->delivery);
-  EXPECT_EQ(*s->delivery->lag_max_ns, 40 * kMs);
-  EXPECT_EQ(*s->delivery->lag_last_ns, kMs);
-  EXPECT_EQ(s->delivery->lag_cause, StallCause::none);
-  EXPECT_FALSE(s->delivery->degraded_by_path) << s->delivery->degraded_reason;
+  ASSERT_TRUE(s && path_view_of(*s).delivery);
+  EXPECT_EQ(*path_view_of(*s).delivery->lag_max_ns, 40 * kMs);
+  EXPECT_EQ(*path_view_of(*s).delivery->lag_last_ns, kMs);
+  EXPECT_EQ(path_view_of(*s).delivery->lag_cause, StallCause::none);
+  EXPECT_FALSE(path_view_of(*s).delivery->degraded_by_path) << path_view_of(*s).delivery->degraded_reason;
 }
 
 TEST_F(PathJoinerTest, AServerPauseIsTheModelsAtEveryVantage) {
@@ -199,14 +199,14 @@ TEST_F(PathJoinerTest, AServerPauseIsTheModelsAtEveryVantage) {
   joiner.add(stream(kClient, 20, [&](int i) { return sent(i) + kMs; }), kT0 + 600 * kMs);
   const StreamRecord* s = find(Role::server, 100);
   const StreamRecord* c = find(Role::client, 200);
-  ASSERT_TRUE(s && c && s->delivery);
+  ASSERT_TRUE(s && c && path_view_of(*s).delivery);
   ASSERT_EQ(s->metrics.stalls.size(), 1u);
-  EXPECT_EQ(s->metrics.stalls[0].cause, StallCause::model);
-  ASSERT_EQ(s->delivery->metrics.stalls.size(), 1u);
-  EXPECT_EQ(s->delivery->metrics.stalls[0].cause, StallCause::model);
-  EXPECT_FALSE(s->delivery->degraded_by_path);
+  EXPECT_EQ(verdict_at(path_view_of(*s).stall_causes, 0).cause, StallCause::model);
+  ASSERT_EQ(path_view_of(*s).delivery->metrics.stalls.size(), 1u);
+  EXPECT_EQ(path_view_of(*s).delivery->stall_causes[0].cause, StallCause::model);
+  EXPECT_FALSE(path_view_of(*s).delivery->degraded_by_path);
   ASSERT_EQ(c->metrics.stalls.size(), 1u);
-  EXPECT_EQ(c->metrics.stalls[0].cause, StallCause::model);
+  EXPECT_EQ(verdict_at(path_view_of(*c).stall_causes, 0).cause, StallCause::model);
 }
 
 TEST_F(PathJoinerTest, GatewayLegsJoinByContentAndHeldEventsAreGatewayBuffering) {
@@ -231,25 +231,26 @@ TEST_F(PathJoinerTest, GatewayLegsJoinByContentAndHeldEventsAreGatewayBuffering)
   ASSERT_EQ(out_.size(), 4u);
 
   const StreamRecord* s = find(Role::server, 100);
-  ASSERT_TRUE(s && s->delivery);
-  EXPECT_EQ(s->delivery->path, "vllm>gateway(nginx)>client");
-  ASSERT_FALSE(s->delivery->metrics.stalls.empty());
-  for (const Stall& st : s->delivery->metrics.stalls) EXPECT_EQ(st.cause, StallCause::gateway_buffering) << st.evidence;
-  EXPECT_EQ(s->delivery->ttft_cause, StallCause::gateway_buffering) << s->delivery->ttft_evidence;
-  EXPECT_EQ(*s->delivery->ttft_added_ns, 110 * kMs + kMs + kMs / 10);
-  EXPECT_EQ(s->delivery->max_burst, 12u);
+  ASSERT_TRUE(s && path_view_of(*s).delivery);
+  EXPECT_EQ(path_view_of(*s).delivery->path, "vllm>gateway(nginx)>client");
+  ASSERT_FALSE(path_view_of(*s).delivery->metrics.stalls.empty());
+  for (const StallVerdict& st : path_view_of(*s).delivery->stall_causes) EXPECT_EQ(st.cause, StallCause::gateway_buffering) << st.evidence;
+  EXPECT_EQ(path_view_of(*s).delivery->ttft_cause, StallCause::gateway_buffering) << path_view_of(*s).delivery->ttft_evidence;
+  EXPECT_EQ(*path_view_of(*s).delivery->ttft_added_ns, 110 * kMs + kMs + kMs / 10);
+  EXPECT_EQ(path_view_of(*s).delivery->max_burst, 12u);
   EXPECT_TRUE(s->metrics.stalls.empty()) << "the server emitted on time";
 
   const StreamRecord* g = nullptr;
   for (const auto& r : out_)
-    if (r.gateway && r.gateway->leg == GatewayLeg::Side::downstream) g = &r;
+    if (path_view_of(r).gateway && path_view_of(r).gateway->leg == GatewayLeg::Side::downstream) g = &r;
   ASSERT_TRUE(g);
-  EXPECT_EQ(g->gateway->events_matched, 24u);
-  EXPECT_EQ(g->gateway->max_events_per_send, 12u);
-  EXPECT_EQ(*g->gateway->delay_max_ns, 110 * kMs + kMs - kMs / 10);
-  for (const Stall& st : g->metrics.stalls) EXPECT_EQ(st.cause, StallCause::gateway_buffering) << st.evidence;
+  EXPECT_EQ(path_view_of(*g).gateway->events_matched, 24u);
+  EXPECT_EQ(path_view_of(*g).gateway->max_events_per_send, 12u);
+  EXPECT_EQ(*path_view_of(*g).gateway->delay_max_ns, 110 * kMs + kMs - kMs / 10);
+  ASSERT_EQ(path_view_of(*g).stall_causes.size(), g->metrics.stalls.size());
+  for (const StallVerdict& st : path_view_of(*g).stall_causes) EXPECT_EQ(st.cause, StallCause::gateway_buffering) << st.evidence;
   // Each record knows only its neighbours, yet all four name the server's record as their path's root.
-  for (const StreamRecord& r : out_) EXPECT_EQ(r.path_root, stream_id(*s)) << "record of pid " << r.conn.pid;
+  for (const StreamRecord& r : out_) EXPECT_EQ(path_view_of(r).root, stream_id(*s)) << "record of pid " << r.conn.pid;
 }
 
 // nginx's default buffering in front of a TLS client: the gateway sends the
@@ -296,14 +297,14 @@ class BufferedBurstTest : public PathJoinerTest {
 // times of the events before it forward: the delivered TTFT is the client's.
 TEST_F(BufferedBurstTest, EventsTheCaptureMissedAreNotDeliveredAtTheGatewaysRead) {
   const StreamRecord* s = run(false);
-  ASSERT_TRUE(s && s->delivery);
-  EXPECT_EQ(s->delivery->path, "sample-server>gateway(nginx)>python3");
-  ASSERT_TRUE(s->delivery->metrics.ttft_ns);
-  EXPECT_EQ(*s->delivery->metrics.ttft_ns, read - kT0) << "the client's read of the first token";
-  EXPECT_EQ(*s->delivery->ttft_added_ns, read - sent(0));
-  EXPECT_EQ(s->delivery->ttft_cause, StallCause::gateway_buffering) << s->delivery->ttft_evidence;
+  ASSERT_TRUE(s && path_view_of(*s).delivery);
+  EXPECT_EQ(path_view_of(*s).delivery->path, "sample-server>gateway(nginx)>python3");
+  ASSERT_TRUE(path_view_of(*s).delivery->metrics.ttft_ns);
+  EXPECT_EQ(*path_view_of(*s).delivery->metrics.ttft_ns, read - kT0) << "the client's read of the first token";
+  EXPECT_EQ(*path_view_of(*s).delivery->ttft_added_ns, read - sent(0));
+  EXPECT_EQ(path_view_of(*s).delivery->ttft_cause, StallCause::gateway_buffering) << path_view_of(*s).delivery->ttft_evidence;
   for (int i = 0; i < kEvents; ++i) {
-    const TimestampNs t = s->path_times[static_cast<std::size_t>(i)].delivered_ns;
+    const TimestampNs t = path_view_of(*s).times[static_cast<std::size_t>(i)].delivered_ns;
     EXPECT_EQ(t, i < kCaptured ? read : 0) << "event " << i << ": nothing says when it was delivered";
   }
 }
@@ -313,22 +314,22 @@ TEST_F(BufferedBurstTest, EventsTheCaptureMissedAreNotDeliveredAtTheGatewaysRead
 // place it.
 TEST_F(BufferedBurstTest, EventsTheCaptureMissedAreDeliveredByTheReadThatCoveredThem) {
   const StreamRecord* s = run(true);
-  ASSERT_TRUE(s && s->delivery);
-  EXPECT_EQ(*s->delivery->metrics.ttft_ns, read - kT0);
+  ASSERT_TRUE(s && path_view_of(*s).delivery);
+  EXPECT_EQ(*path_view_of(*s).delivery->metrics.ttft_ns, read - kT0);
   for (int i = 0; i < kEvents; ++i)
-    EXPECT_EQ(s->path_times[static_cast<std::size_t>(i)].delivered_ns, read) << "event " << i;
-  EXPECT_EQ(s->delivery->max_burst, static_cast<std::uint32_t>(kEvents)) << "the whole stream in one read";
-  EXPECT_EQ(*s->delivery->metrics.e2e_ns, read - kT0);
+    EXPECT_EQ(path_view_of(*s).times[static_cast<std::size_t>(i)].delivered_ns, read) << "event " << i;
+  EXPECT_EQ(path_view_of(*s).delivery->max_burst, static_cast<std::uint32_t>(kEvents)) << "the whole stream in one read";
+  EXPECT_EQ(*path_view_of(*s).delivery->metrics.e2e_ns, read - kT0);
 }
 
 // Body positions name the same bytes only when the records start at the same
 // first event: a client that joined mid-stream is not placed by position.
 TEST_F(BufferedBurstTest, RecordsWhosePositionsDisagreeAreNotPlacedByPosition) {
   const StreamRecord* s = run(true, true);
-  ASSERT_TRUE(s && s->delivery);
-  EXPECT_EQ(*s->delivery->metrics.ttft_ns, read - kT0);
+  ASSERT_TRUE(s && path_view_of(*s).delivery);
+  EXPECT_EQ(*path_view_of(*s).delivery->metrics.ttft_ns, read - kT0);
   for (int i = kCaptured; i < kEvents; ++i)
-    EXPECT_EQ(s->path_times[static_cast<std::size_t>(i)].delivered_ns, 0u) << "event " << i;
+    EXPECT_EQ(path_view_of(*s).times[static_cast<std::size_t>(i)].delivered_ns, 0u) << "event " << i;
 }
 
 TEST_F(PathJoinerTest, ARecordWaitsOnlyWhileItsPartnerCanStillCome) {
@@ -338,8 +339,8 @@ TEST_F(PathJoinerTest, ARecordWaitsOnlyWhileItsPartnerCanStillCome) {
   EXPECT_TRUE(out_.empty());
   joiner.release_due(kT0 + 10 * kMs + config_.path_settle_ns);
   ASSERT_EQ(out_.size(), 1u);
-  EXPECT_TRUE(out_[0].peer_stream_id.empty());
-  EXPECT_FALSE(out_[0].delivery) << "no downstream vantage was seen";
+  EXPECT_TRUE(path_view_of(out_[0]).peer_stream_id.empty());
+  EXPECT_FALSE(path_view_of(out_[0]).delivery) << "no downstream vantage was seen";
 
   // A peer still streaming (a slow reader) keeps it waiting, up to the cap.
   out_.clear();
@@ -365,9 +366,9 @@ TEST_F(PathJoinerTest, ASenderWaitsForTheAckOfItsLastEventThenTakesTheAcksAsItsD
   joiner.on_signal(0x1000 + 1, 1, ack);
   joiner.release_due(kT0 + 101 * kMs);
   ASSERT_EQ(out_.size(), 1u);
-  ASSERT_TRUE(out_[0].delivery);
-  EXPECT_EQ(out_[0].delivery->vantage, Vantage::acked);
-  EXPECT_EQ(out_[0].delivery->path, "vllm>remote");
+  ASSERT_TRUE(path_view_of(out_[0]).delivery);
+  EXPECT_EQ(path_view_of(out_[0]).delivery->vantage, Vantage::acked);
+  EXPECT_EQ(path_view_of(out_[0]).delivery->path, "vllm>remote");
   EXPECT_EQ(out_[0].timeline.back().acked_ns, kT0 + 95 * kMs);
 }
 
@@ -408,18 +409,18 @@ TEST_F(PathJoinerTest, AUnixSendBufferLeftFullIsBackpressureWithTheReadersDelay)
              kT0 + 700 * kMs);
   const StreamRecord* s = find(Role::server, 300);
   const StreamRecord* c = find(Role::client, 400);
-  ASSERT_TRUE(s && c && s->delivery);
-  EXPECT_EQ(s->peer_stream_id, stream_id(*c)) << "the two ends meet by socket";
+  ASSERT_TRUE(s && c && path_view_of(*s).delivery);
+  EXPECT_EQ(path_view_of(*s).peer_stream_id, stream_id(*c)) << "the two ends meet by socket";
   ASSERT_EQ(s->metrics.stalls.size(), 1u);
-  EXPECT_EQ(s->metrics.stalls[0].cause, StallCause::backpressure) << s->metrics.stalls[0].evidence;
-  EXPECT_NE(s->metrics.stalls[0].evidence.find("send buffer full after a send (8.8 KiB"), std::string::npos)
-      << s->metrics.stalls[0].evidence;
-  EXPECT_NE(s->metrics.stalls[0].evidence.find("the reader left bytes unread for"), std::string::npos)
-      << s->metrics.stalls[0].evidence;
+  EXPECT_EQ(verdict_at(path_view_of(*s).stall_causes, 0).cause, StallCause::backpressure) << verdict_at(path_view_of(*s).stall_causes, 0).evidence;
+  EXPECT_NE(verdict_at(path_view_of(*s).stall_causes, 0).evidence.find("send buffer full after a send (8.8 KiB"), std::string::npos)
+      << verdict_at(path_view_of(*s).stall_causes, 0).evidence;
+  EXPECT_NE(verdict_at(path_view_of(*s).stall_causes, 0).evidence.find("the reader left bytes unread for"), std::string::npos)
+      << verdict_at(path_view_of(*s).stall_causes, 0).evidence;
   // The reader's events arrived when the sender emitted them (a unix send queues into the reader).
-  EXPECT_EQ(c->timeline[8].arrived_ns, unix_sent(8));
-  ASSERT_EQ(s->delivery->metrics.stalls.size(), 1u);
-  EXPECT_EQ(s->delivery->metrics.stalls[0].cause, StallCause::client_read) << s->delivery->metrics.stalls[0].evidence;
+  EXPECT_EQ(path_view_of(*c).times[8].arrived_ns, unix_sent(8));
+  ASSERT_EQ(path_view_of(*s).delivery->metrics.stalls.size(), 1u);
+  EXPECT_EQ(path_view_of(*s).delivery->stall_causes[0].cause, StallCause::client_read) << path_view_of(*s).delivery->stall_causes[0].evidence;
 }
 
 // The buffer was full, but the reader read those bytes at once: the sender
@@ -433,7 +434,7 @@ TEST_F(PathJoinerTest, AUnixSendBufferTheReaderDrainedAtOnceIsNotBackpressure) {
   const StreamRecord* s = find(Role::server, 300);
   ASSERT_TRUE(s);
   ASSERT_EQ(s->metrics.stalls.size(), 1u);
-  EXPECT_EQ(s->metrics.stalls[0].cause, StallCause::model) << s->metrics.stalls[0].evidence;
+  EXPECT_EQ(verdict_at(path_view_of(*s).stall_causes, 0).cause, StallCause::model) << verdict_at(path_view_of(*s).stall_causes, 0).evidence;
 }
 
 // Without a traced reader, the full buffer and the refused sends are the evidence.
@@ -447,9 +448,9 @@ TEST_F(PathJoinerTest, AUnixSenderRefusedWithEagainAloneIsBackpressure) {
   const StreamRecord* s = find(Role::server, 300);
   ASSERT_TRUE(s);
   ASSERT_EQ(s->metrics.stalls.size(), 1u);
-  EXPECT_EQ(s->metrics.stalls[0].cause, StallCause::backpressure) << s->metrics.stalls[0].evidence;
-  EXPECT_NE(s->metrics.stalls[0].evidence.find("1 sends refused (EAGAIN)"), std::string::npos)
-      << s->metrics.stalls[0].evidence;
+  EXPECT_EQ(verdict_at(path_view_of(*s).stall_causes, 0).cause, StallCause::backpressure) << verdict_at(path_view_of(*s).stall_causes, 0).evidence;
+  EXPECT_NE(verdict_at(path_view_of(*s).stall_causes, 0).evidence.find("1 sends refused (EAGAIN)"), std::string::npos)
+      << verdict_at(path_view_of(*s).stall_causes, 0).evidence;
 }
 
 }  // namespace

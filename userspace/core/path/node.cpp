@@ -28,6 +28,13 @@ std::pair<const PathNode*, int> origin_of(const PathNode* node, int i) {
 
 }  // namespace
 
+TimestampNs arrived_at(const PathNode& node, int i) {
+  const auto k = static_cast<std::size_t>(i);
+  if (i < 0 || k >= node.rec.timeline.size()) return 0;
+  if (const TimestampNs own = node.rec.timeline[k].arrived_ns) return own;
+  return k < node.inferred_arrival.size() ? node.inferred_arrival[k] : 0;
+}
+
 void hops_of(const PathNode* node, int i, std::vector<Hop>& out) {
   auto [cur, idx] = origin_of(node, i);
   out.clear();
@@ -43,7 +50,7 @@ void hops_of(const PathNode* node, int i, std::vector<Hop>& out) {
       if (e.acked_ns) out.push_back({HopKind::acked, cur, idx, e.acked_ns});
       break;
     }
-    if (e.arrived_ns) out.push_back({HopKind::arrived, cur, idx, e.arrived_ns});
+    if (const TimestampNs arrived = arrived_at(*cur, idx)) out.push_back({HopKind::arrived, cur, idx, arrived});
     out.push_back({HopKind::read, cur, idx, e.ts_ns});
     if (cur->gateway && mapped(cur->to_gateway, idx) >= 0) {
       idx = mapped(cur->to_gateway, idx);

@@ -15,6 +15,9 @@
 
 namespace infertap::core {
 
+// The path stages read the records and write only their own outputs: the
+// links, the inferred arrivals, and the view attached to the record when
+// the group is released (joiner.h).
 struct PathNode {
   StreamRecord rec;
   PathNode* peer = nullptr;     // the other end of this TCP connection
@@ -23,7 +26,15 @@ struct PathNode {
   // Upstream leg: -> the downstream event that carried it (or the next one
   // that was captured); downstream leg: -> the upstream event, exact only.
   std::vector<int> to_gateway;
+  // A unix reader's arrivals inferred from its traced sender, per event
+  // (empty: none inferred); see take_unix_arrivals.
+  std::vector<TimestampNs> inferred_arrival;
+  PathView view;  // what the stages found, in the making
 };
+
+// When event i's bytes reached the node's socket: the capture's own arrival,
+// else one inferred from a traced unix sender (0: not known).
+TimestampNs arrived_at(const PathNode& node, int i);
 
 // The event a map gives for event i (-1: none).
 inline int mapped(const std::vector<int>& map, int i) {

@@ -83,7 +83,7 @@ PathTimes times_of(const PathNode& node, int i, std::vector<Hop>& scratch) {
   if (const int j = node.peer ? mapped(node.to_peer, i) : -1; j >= 0) {
     const TimelineEvent& o = node.peer->rec.timeline[static_cast<std::size_t>(j)];
     pt.peer_ns = o.ts_ns;
-    if (r.role == Role::server) pt.peer_arrived_ns = o.arrived_ns;
+    if (r.role == Role::server) pt.peer_arrived_ns = arrived_at(*node.peer, j);
   }
   if (const int k = node.gateway ? mapped(node.to_gateway, i) : -1; k >= 0) {
     const TimestampNs other = node.gateway->rec.timeline[static_cast<std::size_t>(k)].ts_ns;
@@ -99,29 +99,34 @@ PathTimes times_of(const PathNode& node, int i, std::vector<Hop>& scratch) {
 }  // namespace
 
 void take_unix_arrivals(PathNode& node) {
-  StreamRecord& r = node.rec;
+  const StreamRecord& r = node.rec;
   if (r.conn.transport != Transport::unix_stream || r.role != Role::client || !node.peer) return;
+  node.inferred_arrival.assign(r.timeline.size(), 0);
   for (std::size_t i = 0; i < r.timeline.size(); ++i) {
     const int j = mapped(node.to_peer, static_cast<int>(i));
-    TimelineEvent& e = r.timeline[i];
+    const TimelineEvent& e = r.timeline[i];
     if (j < 0 || e.arrived_ns) continue;
-    e.arrived_ns = std::min(e.ts_ns, node.peer->rec.timeline[static_cast<std::size_t>(j)].ts_ns);
+    node.inferred_arrival[i] = std::min(e.ts_ns, node.peer->rec.timeline[static_cast<std::size_t>(j)].ts_ns);
   }
 }
 
 void fill_path_times(PathNode& node, std::vector<Hop>& scratch) {
-  StreamRecord& r = node.rec;
+  const StreamRecord& r = node.rec;
+  if (node.peer) node.view.peer_stream_id = stream_id(node.peer->rec);
   const bool acked = r.role == Role::server && r.tcp.signals;
   if (!node.peer && !node.gateway && !acked) return;  // nothing seen past this socket
-  r.path_times.resize(r.timeline.size());
-  for (std::size_t i = 0; i < r.timeline.size(); ++i) r.path_times[i] = times_of(node, static_cast<int>(i), scratch);
+  std::vector<PathTimes>& times = node.view.times;
+  times.resize(r.timeline.size());
+  for (std::size_t i = 0; i < r.timeline.size(); ++i) {
+    times[i] = times_of(node, static_cast<int>(i), scratch);
+    if (!r.timeline[i].arrived_ns) times[i].arrived_ns = arrived_at(node, static_cast<int>(i));
+  }
   // TCP delivers in order: an event was delivered no later than the next one.
-  for (std::size_t i = r.path_times.size(); i-- > 1;) {
-    TimestampNs& mine = r.path_times[i - 1].delivered_ns;
-    const TimestampNs next = r.path_times[i].delivered_ns;
+  for (std::size_t i = times.size(); i-- > 1;) {
+    TimestampNs& mine = times[i - 1].delivered_ns;
+    const TimestampNs next = times[i].delivered_ns;
     if (next && (!mine || mine > next)) mine = next;
   }
-  if (node.peer) r.peer_stream_id = stream_id(node.peer->rec);
 }
 
 GatewayLeg gateway_leg_of(const PathNode& node) {
@@ -153,14 +158,15 @@ GatewayLeg gateway_leg_of(const PathNode& node) {
   return g;
 }
 
-void diagnose_own_stalls(PathNode& node) {
+std::vector<StallVerdict> diagnose_own_stalls(const PathNode& node) {
   const std::vector<int> content = content_events(node.rec.timeline);
-  for (Stall& st : node.rec.metrics.stalls) {
-    if (st.after_event + 1 >= content.size()) continue;
-    Verdict v = gap_cause(&node, content[st.after_event], content[st.after_event + 1], false);
-    st.cause = v.cause;
-    st.evidence = std::move(v.evidence);
+  std::vector<StallVerdict> verdicts;
+  verdicts.reserve(node.rec.metrics.stalls.size());
+  for (const Stall& st : node.rec.metrics.stalls) {
+    if (st.after_event + 1 >= content.size()) verdicts.emplace_back();  // its events fell past the timeline
+    else verdicts.push_back(gap_cause(&node, content[st.after_event], content[st.after_event + 1], false));
   }
+  return verdicts;
 }
 
 }  // namespace infertap::core

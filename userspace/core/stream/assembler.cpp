@@ -323,7 +323,7 @@ void StreamAssembler::finish(TimestampNs ts, StreamEnd reason) {
   // connection went away before the framing terminator was seen.
   r.end = a.saw_done ? StreamEnd::complete : reason;
   r.end_ns = ts;
-  compute_metrics(r, a.usage_completion_tokens, config_);
+  r.metrics = record_metrics(r, a.usage_completion_tokens, config_);
   // The tail's times served the metrics; a held record needs only its counts.
   if (r.tail.events > 0) ++counters_.timelines_truncated;
   r.tail.gaps = {};

@@ -52,21 +52,24 @@ void put_ms_signed(json& j, const char* key, const std::optional<std::int64_t>& 
   }
 }
 
-json stalls_json(const std::vector<core::Stall>& stalls) {
+// Each stall with the verdict its path gave it.
+json stalls_json(const std::vector<core::Stall>& stalls, const std::vector<core::StallVerdict>& verdicts) {
   json out = json::array();
-  for (const core::Stall& s : stalls) {
+  for (std::size_t i = 0; i < stalls.size(); ++i) {
+    const core::Stall& s = stalls[i];
+    const core::StallVerdict& v = core::verdict_at(verdicts, i);
     out.push_back(json{{"after_event", s.after_event},
                        {"start_ns", s.start_ns},
                        {"gap_ms", ms(s.gap_ns)},
-                       {"cause", core::to_string(s.cause)},
-                       {"evidence", s.evidence}});
+                       {"cause", core::to_string(v.cause)},
+                       {"evidence", v.evidence}});
   }
   return out;
 }
 
 // Streaming rate, inter-token gaps and stalls: the same names at the top
 // level (the record's vantage) and in `delivery` (the delivered times).
-void put_rate_and_gaps(json& j, const core::StreamMetrics& m) {
+void put_rate_and_gaps(json& j, const core::StreamMetrics& m, const std::vector<core::StallVerdict>& verdicts) {
   j["tokens_per_s"] = m.tokens_per_s ? json(*m.tokens_per_s) : json(nullptr);
   put_ms(j, "itl_p50_ms", m.itl_p50_ns);
   put_ms(j, "itl_p95_ms", m.itl_p95_ns);
@@ -74,7 +77,7 @@ void put_rate_and_gaps(json& j, const core::StreamMetrics& m) {
   put_ms(j, "itl_max_ms", m.itl_max_ns);
   put_ms(j, "longest_pause_ms", m.longest_pause_ns);
   j["stall_threshold_ms"] = ms(m.stall_threshold_ns);
-  j["stalls"] = stalls_json(m.stalls);
+  j["stalls"] = stalls_json(m.stalls, verdicts);
 }
 
 json tcp_json(const core::TcpContext& t) {
@@ -101,7 +104,7 @@ json delivery_json(const core::Delivery& d) {
   j["path"] = d.path;
   put_ms(j, "ttft_ms", m.ttft_ns);
   put_ms(j, "e2e_ms", m.e2e_ns);
-  put_rate_and_gaps(j, m);
+  put_rate_and_gaps(j, m, d.stall_causes);
   put_ms(j, "ttft_added_ms", d.ttft_added_ns);
   put_ms_signed(j, "itl_p99_added_ms", d.itl_p99_added_ns);
   put_ms_signed(j, "longest_pause_added_ms", d.longest_pause_added_ns);
@@ -222,7 +225,7 @@ std::string_view to_string(protocol::EventFraming f) {
 void put_identity(json& j, const core::StreamRecord& r, const RenderOptions& options) {
   j["host"] = options.host;
   j["stream_id"] = core::stream_id(r);
-  j["role"] = r.gateway ? std::string_view("gateway") : core::to_string(r.role);
+  j["role"] = core::path_view_of(r).gateway ? std::string_view("gateway") : core::to_string(r.role);
   j["vantage"] = core::to_string(core::vantage_of(r.role));
   j["pid"] = r.conn.pid;
   j["comm"] = r.conn.comm;
@@ -323,7 +326,7 @@ void put_times(json& j, const core::StreamRecord& r) {
   put_ms(j, "tls_handshake_ms", handshake ? std::optional<std::uint64_t>(handshake) : std::nullopt);
 }
 
-void put_metrics(json& j, const core::StreamMetrics& m) {
+void put_metrics(json& j, const core::StreamMetrics& m, const std::vector<core::StallVerdict>& verdicts) {
   put_ms(j, "ttft_ms", m.ttft_ns);
   put_ms(j, "e2e_ms", m.e2e_ns);
   j["tokens"] = m.tokens;
@@ -331,10 +334,10 @@ void put_metrics(json& j, const core::StreamMetrics& m) {
   j["counts_lower_bound"] = m.counts_lower_bound;
   j["content_events"] = m.content_events;
   j["events"] = m.events;
-  put_rate_and_gaps(j, m);
+  put_rate_and_gaps(j, m, verdicts);
   json causes = json::object();
-  for (const core::Stall& s : m.stalls) {
-    const std::string cause(core::to_string(s.cause));
+  for (std::size_t i = 0; i < m.stalls.size(); ++i) {
+    const std::string cause(core::to_string(core::verdict_at(verdicts, i).cause));
     causes[cause] = causes.value(cause, 0) + 1;
   }
   j["stall_causes"] = std::move(causes);
@@ -343,11 +346,12 @@ void put_metrics(json& j, const core::StreamMetrics& m) {
 // Where the delay happened: the traced peer, the TCP context, the delivered
 // and gateway views.
 void put_path(json& j, const core::StreamRecord& r) {
-  j["peer_stream_id"] = r.peer_stream_id.empty() ? json(nullptr) : json(r.peer_stream_id);
+  const core::PathView& path = core::path_view_of(r);
+  j["peer_stream_id"] = path.peer_stream_id.empty() ? json(nullptr) : json(path.peer_stream_id);
   j["tcp"] = tcp_json(r.tcp);
   j["load"] = load_json(r.load);
-  j["delivery"] = r.delivery ? delivery_json(*r.delivery) : json(nullptr);
-  j["gateway"] = r.gateway ? gateway_json(*r.gateway) : json(nullptr);
+  j["delivery"] = path.delivery ? delivery_json(*path.delivery) : json(nullptr);
+  j["gateway"] = path.gateway ? gateway_json(*path.gateway) : json(nullptr);
 }
 
 void put_capture_quality(json& j, const core::StreamRecord& r) {
@@ -364,8 +368,9 @@ void put_capture_quality(json& j, const core::StreamRecord& r) {
 json timeline_json(const core::StreamRecord& r) {
   json timeline = json::array();
   std::uint32_t index = 0;
+  const std::vector<core::PathTimes>& times = core::path_view_of(r).times;
   for (const core::TimelineEvent& e : r.timeline) {
-    const core::PathTimes pt = index < r.path_times.size() ? r.path_times[index] : core::PathTimes{};
+    const core::PathTimes pt = index < times.size() ? times[index] : core::PathTimes{};
     timeline.push_back(json{{"i", index++},
                             {"ts_ns", e.ts_ns},
                             {"first_byte_ns", e.first_byte_ns},
@@ -377,7 +382,7 @@ json timeline_json(const core::StreamRecord& r) {
                             {"batch", e.events_in_syscall},
                             {"end_seq", e.end_seq},
                             {"acked_ns", or_null(e.acked_ns)},
-                            {"arrived_ns", or_null(e.arrived_ns)},
+                            {"arrived_ns", or_null(e.arrived_ns ? e.arrived_ns : pt.arrived_ns)},
                             {"peer_ns", or_null(pt.peer_ns)},
                             {"peer_arrived_ns", or_null(pt.peer_arrived_ns)},
                             {"upstream_ns", or_null(pt.upstream_ns)},
@@ -399,7 +404,7 @@ std::string render_stream(const core::StreamRecord& r, const WallClock& clock, c
   put_identity(j, r, options);
   put_exchange(j, r);
   put_times(j, r);
-  put_metrics(j, r.metrics);
+  put_metrics(j, r.metrics, core::path_view_of(r).stall_causes);
   put_path(j, r);
   put_capture_quality(j, r);
   if (options.timeline) j["timeline"] = timeline_json(r);

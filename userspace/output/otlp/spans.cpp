@@ -98,9 +98,10 @@ void add_stream(Writer& w, const StreamRecord& r) {
   w.secs("infertap.stream.longest_pause", m.longest_pause_ns);
   a.add_int("infertap.stream.stalls", static_cast<std::int64_t>(m.stalls.size()));
   std::map<std::string_view, std::int64_t> causes;
-  for (const core::Stall& s : m.stalls) causes[core::to_string(s.cause)] += 1;
+  const core::PathView& path = core::path_view_of(r);
+  for (std::size_t i = 0; i < m.stalls.size(); ++i) causes[core::to_string(core::verdict_at(path.stall_causes, i).cause)] += 1;
   for (const auto& [cause, n] : causes) a.add_int("infertap.stall_causes." + std::string(cause), n);
-  w.text("infertap.peer_stream_id", r.peer_stream_id);
+  w.text("infertap.peer_stream_id", path.peer_stream_id);
 }
 
 void add_delivery(Writer& w, const core::Delivery& d) {
@@ -148,10 +149,12 @@ void add_events(Span& span, const StreamRecord& r, const WallClock& clock, const
     ++span.dropped_events;
     return false;
   };
-  for (const core::Stall& s : r.metrics.stalls) {
+  const core::PathView& path = core::path_view_of(r);
+  for (std::size_t k = 0; k < r.metrics.stalls.size(); ++k) {
     if (!room()) continue;
+    const core::Stall& s = r.metrics.stalls[k];
     SpanEvent e{wall(clock, s.start_ns), "infertap.stall", {}};
-    e.attributes.add("infertap.stall.cause", std::string(core::to_string(s.cause)))
+    e.attributes.add("infertap.stall.cause", std::string(core::to_string(core::verdict_at(path.stall_causes, k).cause)))
         .add_double("infertap.stall.gap", seconds(s.gap_ns))
         .add_int("infertap.stall.after_event", s.after_event);
     span.events.push_back(std::move(e));
@@ -163,8 +166,8 @@ void add_events(Span& span, const StreamRecord& r, const WallClock& clock, const
     SpanEvent e{wall(clock, t.ts_ns), std::string(protocol::to_string(t.kind)), {}};
     e.attributes.add_int("infertap.event.index", static_cast<std::int64_t>(i)).add_int("infertap.event.wire_bytes", t.wire_bytes);
     if (t.truncated) e.attributes.add_bool("infertap.event.truncated", true);
-    if (i < r.path_times.size() && r.path_times[i].delivered_ns >= t.ts_ns && r.path_times[i].delivered_ns) {
-      e.attributes.add_double("infertap.event.delivery_lag", seconds(r.path_times[i].delivered_ns - t.ts_ns));
+    if (i < path.times.size() && path.times[i].delivered_ns >= t.ts_ns && path.times[i].delivered_ns) {
+      e.attributes.add_double("infertap.event.delivery_lag", seconds(path.times[i].delivered_ns - t.ts_ns));
     }
     span.events.push_back(std::move(e));
   }
@@ -174,8 +177,9 @@ void add_events(Span& span, const StreamRecord& r, const WallClock& clock, const
 // The span that sent this one its request: the client end of a server's
 // connection, the downstream leg of a gateway's upstream leg; "" for none.
 std::string parent_stream_of(const StreamRecord& r) {
-  if (r.role == core::Role::server) return r.peer_stream_id;
-  if (r.role == core::Role::client && r.gateway) return r.gateway->peer_stream_id;
+  const core::PathView& path = core::path_view_of(r);
+  if (r.role == core::Role::server) return path.peer_stream_id;
+  if (r.role == core::Role::client && path.gateway) return path.gateway->peer_stream_id;
   return {};
 }
 
@@ -214,7 +218,8 @@ SpanId SpanIds::span_of(std::string_view stream_id) const {
 Span span_of(const StreamRecord& r, const WallClock& clock, const SpanIds& ids, const SpanOptions& options) {
   Span span;
   const std::string own = core::stream_id(r);
-  span.trace_id = ids.trace_of(r.path_root.empty() ? own : r.path_root);
+  const core::PathView& path = core::path_view_of(r);
+  span.trace_id = ids.trace_of(path.root.empty() ? own : path.root);
   span.span_id = ids.span_of(own);
   if (const std::string parent = parent_stream_of(r); !parent.empty()) span.parent_span_id = ids.span_of(parent);
   const std::string_view operation = genai_operation_of(r);
@@ -230,8 +235,8 @@ Span span_of(const StreamRecord& r, const WallClock& clock, const SpanIds& ids, 
   add_gen_ai(w, r);
   add_http(w, r);
   add_stream(w, r);
-  if (r.delivery) add_delivery(w, *r.delivery);
-  if (r.gateway) add_gateway(w, *r.gateway);
+  if (path.delivery) add_delivery(w, *path.delivery);
+  if (path.gateway) add_gateway(w, *path.gateway);
   add_workload(w, r.conn);
   add_events(span, r, clock, options);
   if (const std::string error = error_type_of(r); !error.empty()) {

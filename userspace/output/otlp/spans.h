@@ -8,7 +8,7 @@
 //
 // The records of one joined path (a client, a gateway's two legs, the
 // server) become spans of one trace: the trace id is derived from the path's
-// root (StreamRecord::path_root), the span ids from each record's stream id,
+// root (PathView::root), the span ids from each record's stream id,
 // and each span's parent is the record that sent it the request (the client
 // end of its connection, or the gateway's downstream leg for its upstream
 // leg). Derived, not remembered: the records finish at different times, and
