@@ -106,9 +106,13 @@ $(OUT)/infertap.bpf.o: $(BPF_OBJS)
 $(OUT)/infertap.skel.h: $(OUT)/infertap.bpf.o
 	$(BPFTOOL) gen skeleton $< > $@
 
+# Tests carry line tables only (-g1: enough for a backtrace): full debug
+# info doubles the compile time of a gtest file. Product objects keep CXXFLAGS.
+$(UNIT_OBJS) $(INTEG_OBJS) $(BENCH_OBJS): TEST_DEBUG := -g1
+
 $(OUT)/obj/%.o: %.cpp $(SKELS)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -MMD -MP -c $< -o $@
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(TEST_DEBUG) -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJS)
 	rm -f $@ && ar rcs $@ $^  # a fresh archive: a moved source leaves no stale member
