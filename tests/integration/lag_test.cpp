@@ -31,9 +31,30 @@ struct Reader {
   const char* cause;  // expected lag cause when it does
 };
 
-class LagTest : public testing::LiveTest, public ::testing::WithParamInterface<Reader> {
+// A sample server and its reading client under the agent: the server
+// records it left (empty, with a failure, when a peer did not run).
+class ReaderRun : public testing::LiveTest {
  protected:
-  LagTest() : LiveTest("infertap-lag") {}
+  explicit ReaderRun(const char* name) : LiveTest(name) {}
+  std::vector<json> server_records(const std::vector<std::string>& server_args,
+                                   const std::vector<std::string>& client_args) {
+    SampleServer server(path("server"), server_args);
+    EXPECT_TRUE(server.ok()) << server.error();
+    if (!server.ok()) return {};
+    start_agent_with({"--socket", "", "--metrics-listen", "", "--port", std::to_string(server.port())});
+    const ClientRun run = testing::run_sample_client(path("client"), server.port(), client_args);
+    EXPECT_EQ(run.rc, 0) << run.output;
+    std::this_thread::sleep_for(1500ms);  // the server records wait for their reader's
+    std::vector<json> servers;
+    for (const json& r : stop_agent_records())
+      if (r.value("comm", "") == "sample-server" && r.value("role", "") == "server") servers.push_back(r);
+    return servers;
+  }
+};
+
+class LagTest : public ReaderRun, public ::testing::WithParamInterface<Reader> {
+ protected:
+  LagTest() : ReaderRun("infertap-lag") {}
 };
 
 std::string brief(const json& r) {
@@ -47,17 +68,9 @@ TEST_P(LagTest, TheServerRecordSaysWhetherItsClientFellBehind) {
   const Reader& reader = GetParam();
   std::vector<std::string> server_args = {"--ttft-ms", "20", "--itl-ms", "5", "--tokens", "120"};
   server_args.insert(server_args.end(), reader.server_args.begin(), reader.server_args.end());
-  SampleServer server(path("server"), server_args);
-  ASSERT_TRUE(server.ok()) << server.error();
-  start_agent_with({"--socket", "", "--metrics-listen", "", "--port", std::to_string(server.port())});
   std::vector<std::string> client_args = {"--tokens", "120", "--requests", "2"};
   client_args.insert(client_args.end(), reader.client_args.begin(), reader.client_args.end());
-  const ClientRun run = testing::run_sample_client(path("client"), server.port(), client_args);
-  ASSERT_EQ(run.rc, 0) << run.output;
-  std::this_thread::sleep_for(1500ms);
-  std::vector<json> servers;
-  for (const json& r : stop_agent_records())
-    if (r.value("comm", "") == "sample-server" && r.value("role", "") == "server") servers.push_back(r);
+  const std::vector<json> servers = server_records(server_args, client_args);
   ASSERT_EQ(servers.size(), 2u);
   for (const json& r : servers) {
     ASSERT_TRUE(r["delivery"].is_object()) << brief(r);
@@ -97,6 +110,49 @@ INSTANTIATE_TEST_SUITE_P(
         // A pause shorter than the stall floor after 30 events, then reads at
         // full speed and catches up.
         Reader{"bursty_reader_that_catches_up", {"--stall-after", "30", "--stall-ms", "80"}, {}, false, ""}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// The slow reader a user tries first, on a short stream (40 tokens 20 ms
+// apart, 512 B read every 60 ms) and on a longer one with a 2 KiB receive
+// buffer: named by its rate, and over loopback never `network` (no byte
+// crossed one: what waited in the server's queue waited for the reader).
+struct SlowReader {
+  const char* name;
+  std::vector<std::string> server_args, client_args;
+};
+
+class SlowReaderTest : public ReaderRun, public ::testing::WithParamInterface<SlowReader> {
+ protected:
+  SlowReaderTest() : ReaderRun("infertap-slow-reader") {}
+};
+
+TEST_P(SlowReaderTest, IsNamedByItsRateAndNeverNetworkOverLoopback) {
+  const SlowReader& c = GetParam();
+  const std::vector<json> servers = server_records(c.server_args, c.client_args);
+  ASSERT_EQ(servers.size(), 1u);
+  const json& r = servers.front();
+  ASSERT_TRUE(r["delivery"].is_object()) << brief(r);
+  const json& d = r["delivery"];
+  std::printf("%s: reader rate %.2f, growth %.0f ms, cause %s: %s\n", c.name,
+              d["reader_rate"].is_null() ? -1.0 : d["reader_rate"].get<double>(), d["lag_growth_ms"].get<double>(),
+              d["lag_cause"].is_null() ? "none" : d["lag_cause"].get<std::string>().c_str(),
+              d["lag_evidence"].get<std::string>().c_str());
+  ASSERT_TRUE(d["reader_rate"].is_number()) << brief(r);
+  EXPECT_LE(d["reader_rate"].get<double>(), 0.9) << brief(r);
+  EXPECT_EQ(d["lag_cause"], "client_read") << brief(r);
+  EXPECT_NE(d["lag_evidence"].get<std::string>().find("as fast as the server wrote"), std::string::npos) << brief(r);
+  for (const json& st : d["stalls"]) EXPECT_NE(st["cause"], "network") << "loopback: " << brief(r);
+  for (const json& st : r["stalls"]) EXPECT_NE(st["cause"], "network") << "loopback: " << brief(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Readers, SlowReaderTest,
+    ::testing::Values(SlowReader{"short",
+                                 {"--ttft-ms", "20", "--itl-ms", "20", "--tokens", "40"},
+                                 {"--tokens", "40", "--read-size", "512", "--read-delay-ms", "60"}},
+                      SlowReader{"long_small_rcvbuf",
+                                 {"--ttft-ms", "20", "--itl-ms", "10", "--tokens", "100"},
+                                 {"--tokens", "100", "--read-size", "512", "--read-delay-ms", "60", "--rcvbuf", "2048"}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

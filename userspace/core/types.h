@@ -284,7 +284,12 @@ struct Delivery {
   std::optional<std::uint64_t> lag_p50_ns, lag_p99_ns, lag_max_ns;
   std::optional<std::uint64_t> lag_last_ns;   // at the last token event
   std::optional<std::int64_t> lag_growth_ns;  // lag at the last token - the stream's early lag
-  StallCause lag_cause = StallCause::none;    // set when the client fell behind (growth >= lag floor)
+  // How fast the end of the path took the stream in against how fast the
+  // server wrote it (1: kept up); null over fewer than 10 token events.
+  std::optional<double> reader_rate_ratio;
+  // Set when the client read slower than the server wrote (rate <= 0.9) and
+  // fell behind; the stream is degraded by it once the growth reaches the lag floor.
+  StallCause lag_cause = StallCause::none;
   std::string lag_evidence;
   bool degraded_by_path = false;
   std::string degraded_reason;

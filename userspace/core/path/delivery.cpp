@@ -1,6 +1,7 @@
 #include "core/path/delivery.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "base/percentile.h"
@@ -52,17 +53,56 @@ void compare_with_emitted(Delivery& d, const StreamMetrics& emitted) {
 // Events of the stream's start whose lag stands for how fast the path is
 // when nothing has piled up yet.
 constexpr std::size_t kEarlyEvents = 3;
+// A reader is named by its rate over at least this many token events, when
+// it took in the stream at most this share of the speed the server wrote it,
+// and fell behind by at least this share of the stream's span: a reader that
+// reads in bursts and catches up keeps the server's rate.
+constexpr std::size_t kRateEvents = 10;
+constexpr double kSlowReaderRatio = 0.9;
+constexpr double kMinGrowthShare = 0.05;
+
+// How fast the end of the path took the stream in against how fast the server
+// wrote it: the inverse of the least-squares slope of delivered against
+// emitted time (1: kept up; 0.5: half the speed). Null over too few events.
+std::optional<double> reader_rate_ratio(const std::vector<TimestampNs>& emitted, const std::vector<TimestampNs>& delivered) {
+  const std::size_t n = delivered.size();
+  if (n < kRateEvents) return std::nullopt;
+  double mx = 0, my = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    mx += static_cast<double>(emitted[k] - emitted[0]);
+    my += static_cast<double>(delivered[k] - delivered[0]);
+  }
+  mx /= static_cast<double>(n);
+  my /= static_cast<double>(n);
+  double sxx = 0, sxy = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const double x = static_cast<double>(emitted[k] - emitted[0]) - mx, y = static_cast<double>(delivered[k] - delivered[0]) - my;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  if (sxx <= 0 || sxy <= 0) return std::nullopt;
+  return sxx / sxy;
+}
+
+std::string ratio_text(double r) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.2f", r);
+  return buf;
+}
 
 // Per token event, how long after its emit it was delivered; and whether the
-// client fell behind over the stream (the lag grew by the lag floor or more),
-// with where the last token's bytes waited.
+// client fell behind over the stream: named by its rate (it took the stream
+// in slower than the server wrote it), with where the last token's bytes
+// waited. Degradation is judged apart, against the lag floor (judge).
 void measure_lag(Delivery& d, const PathNode& node, const std::vector<int>& content,
-                 const std::vector<TimestampNs>& delivered, const PipelineConfig& config) {
+                 const std::vector<TimestampNs>& delivered) {
   std::vector<std::uint64_t> lags;
+  std::vector<TimestampNs> emitted;
   lags.reserve(delivered.size());
+  emitted.reserve(delivered.size());
   for (std::size_t k = 0; k < delivered.size(); ++k) {
-    const TimestampNs emitted = node.rec.timeline[static_cast<std::size_t>(content[k])].ts_ns;
-    lags.push_back(delivered[k] > emitted ? delivered[k] - emitted : 0);
+    emitted.push_back(node.rec.timeline[static_cast<std::size_t>(content[k])].ts_ns);
+    lags.push_back(delivered[k] > emitted.back() ? delivered[k] - emitted.back() : 0);
   }
   d.lag_p50_ns = base::percentile(lags, 50);
   d.lag_p99_ns = base::percentile(lags, 99);
@@ -70,12 +110,18 @@ void measure_lag(Delivery& d, const PathNode& node, const std::vector<int>& cont
   d.lag_last_ns = lags.back();
   const std::uint64_t early = *std::min_element(lags.begin(), lags.begin() + std::min(lags.size(), kEarlyEvents));
   d.lag_growth_ns = static_cast<std::int64_t>(lags.back()) - static_cast<std::int64_t>(early);
-  if (*d.lag_growth_ns < static_cast<std::int64_t>(config.lag_floor_ns)) return;
+  d.reader_rate_ratio = reader_rate_ratio(emitted, delivered);
+  const double span = static_cast<double>(emitted.back() - emitted.front());
+  const bool slow = d.reader_rate_ratio && *d.reader_rate_ratio <= kSlowReaderRatio &&
+                    static_cast<double>(*d.lag_growth_ns) >= kMinGrowthShare * span && *d.lag_growth_ns > 0;
+  if (!slow) return;
   Verdict where = delay_cause(hops_of(&node, content[delivered.size() - 1]));
-  if (where.cause == StallCause::none) return;
+  if (where.cause == StallCause::none || where.cause == StallCause::model) return;
   d.lag_cause = where.cause;
-  d.lag_evidence = "fell behind by " + evidence_ms(static_cast<std::uint64_t>(*d.lag_growth_ns)) + " (lag " +
-                   evidence_ms(early) + " early, " + evidence_ms(lags.back()) + " at the last token): " + where.evidence;
+  d.lag_evidence = "the client read " + ratio_text(*d.reader_rate_ratio) + "x as fast as the server wrote over " +
+                   std::to_string(delivered.size()) + " token events and fell behind by " +
+                   evidence_ms(static_cast<std::uint64_t>(*d.lag_growth_ns)) + " (lag " + evidence_ms(early) +
+                   " early, " + evidence_ms(lags.back()) + " at the last token): " + where.evidence;
 }
 
 // Degraded by the path: a delivered stall the model did not cause, a first
@@ -92,7 +138,9 @@ void judge(Delivery& d, const std::vector<Hop>& first, const PipelineConfig& con
     d.ttft_cause = v.cause;
     d.ttft_evidence = std::move(v.evidence);
   }
-  const bool fell_behind = d.lag_cause != StallCause::none;
+  // A reader named by its rate degrades the stream once it fell behind by the lag floor.
+  const bool fell_behind = d.lag_cause != StallCause::none && d.lag_growth_ns &&
+                           *d.lag_growth_ns >= static_cast<std::int64_t>(config.lag_floor_ns);
   d.degraded_by_path = !path_stalls.empty() || ttft_hurt || fell_behind;
   if (!d.degraded_by_path) return;
   std::string why;
@@ -143,7 +191,7 @@ std::optional<Delivery> delivery_of(const PathNode& node, const PipelineConfig& 
   }
   compare_with_emitted(d, r.metrics);
   d.max_burst = longest_burst(delivered);
-  measure_lag(d, node, content, delivered, config);
+  measure_lag(d, node, content, delivered);
   judge(d, first, config);
   return d;
 }

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <optional>
 
+#include <sys/socket.h>
+
 namespace infertap::core {
 namespace {
 
@@ -227,8 +229,26 @@ Verdict read_hop_cause(const WorstHop& w) {
                                                  : "the client read " + evidence_ms(worst) + " after the send"};
 }
 
+// Does the sender reach its peer without a network: a unix socket, or a
+// loopback address? Its bytes then wait in the sender's queue only for the
+// receiver's window. (A traced peer in another network namespace sits behind
+// a link that can be slow: no such conclusion there.)
+bool peer_on_loopback(const PathNode& sender) {
+  if (sender.rec.conn.transport == Transport::unix_stream) return true;
+  const Endpoint& e = sender.rec.conn.remote;
+  if (e.family == AF_INET) return e.addr[0] == 127;
+  if (e.family == AF_INET6) {
+    static constexpr std::uint8_t kLoopback6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    static constexpr std::uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (std::equal(e.addr.begin(), e.addr.end(), kLoopback6)) return true;
+    return std::equal(e.addr.begin(), e.addr.begin() + 12, kMapped) && e.addr[12] == 127;
+  }
+  return false;
+}
+
 // The bytes left the sender on time and reached the peer (ACK) or a local
-// socket (arrival) late: the receiver's window, the network.
+// socket (arrival) late: the receiver's window, the network. `network` needs
+// its own evidence: retransmissions, or a peer across a network.
 Verdict transport_hop_cause(const std::vector<Hop>& path_b, const WorstHop& w, bool ends_at_local_reader) {
   const PathNode* sender = w.b->kind == HopKind::acked ? w.b->at : nullptr;
   for (std::size_t k = w.k; !sender && k-- > 0;) {
@@ -252,6 +272,10 @@ Verdict transport_hop_cause(const std::vector<Hop>& path_b, const WorstHop& w, b
             "receiver's window 0 for " + evidence_ms(zero)};
   if (rt > 0)
     return {StallCause::network, vantage + " " + evidence_ms(worst) + " late; " + std::to_string(rt) + " retransmissions"};
+  if (sender && peer_on_loopback(*sender))
+    return {ends_at_local_reader ? StallCause::client_read : StallCause::backpressure,
+            vantage + " " + evidence_ms(worst) + " later than the send over loopback, no retransmission: the bytes "
+                                                 "waited in the sender's queue for the receiver's window"};
   return {StallCause::network, vantage + " " + evidence_ms(worst) + " later than the send (srtt " +
                                    std::to_string(tcp.srtt_us / 1000) + " ms)"};
 }

@@ -154,6 +154,8 @@ TEST_F(PathJoinerTest, AClientThatFallsBehindSteadilyIsFoundWithoutAStall) {
   EXPECT_EQ(*d.lag_growth_ns, 300 * static_cast<std::int64_t>(kMs));
   EXPECT_EQ(d.lag_cause, StallCause::client_read);
   EXPECT_NE(d.lag_evidence.find("fell behind by 300 ms"), std::string::npos) << d.lag_evidence;
+  ASSERT_TRUE(d.reader_rate_ratio);
+  EXPECT_NEAR(*d.reader_rate_ratio, 10.0 / 16.0, 1e-6) << "a read every 16 ms against a send every 10 ms";
   EXPECT_NE(d.lag_evidence.find("in the client's socket"), std::string::npos) << d.lag_evidence;
   EXPECT_TRUE(d.degraded_by_path);
   EXPECT_NE(d.degraded_reason.find("client fell behind 300 ms (client_read)"), std::string::npos) << d.degraded_reason;
@@ -168,9 +170,57 @@ TEST_F(PathJoinerTest, TheLagFloorJudgesRecordsJoinedAfterItChanged) {
   joiner.add(stream(kClient, 51, [](int i) { return kT0 + 21 * kMs + i * 16 * kMs; }), kT0 + 900 * kMs);
   const StreamRecord* s = find(Role::server, 100);
   ASSERT_TRUE(s && path_view_of(*s).delivery);
-  EXPECT_EQ(*path_view_of(*s).delivery->lag_growth_ns, 300 * static_cast<std::int64_t>(kMs));
-  EXPECT_EQ(path_view_of(*s).delivery->lag_cause, StallCause::none);
-  EXPECT_FALSE(path_view_of(*s).delivery->degraded_by_path) << path_view_of(*s).delivery->degraded_reason;
+  const Delivery& d = *path_view_of(*s).delivery;
+  EXPECT_EQ(*d.lag_growth_ns, 300 * static_cast<std::int64_t>(kMs));
+  EXPECT_EQ(d.lag_cause, StallCause::client_read) << "the reader is named by its rate, whatever the floor";
+  EXPECT_FALSE(d.degraded_by_path) << "300 ms behind is under the 400 ms floor: " << d.degraded_reason;
+}
+
+// The slow reader a user meets first: 40 tokens 20 ms apart, read ever later,
+// from 60 ms to 231 ms behind over one second. It falls behind by less than
+// the lag floor, yet it reads at 0.81x the server's speed: named by its rate,
+// not yet a degraded stream.
+TEST_F(PathJoinerTest, AShortSteadySlowReaderIsNamedByItsRate) {
+  peer_ = PathPartners::Activity::streaming;
+  const auto sent = [](int i) { return kT0 + 20 * kMs + i * 20 * kMs; };
+  joiner.add(stream(kServer, 40, sent), kT0 + 900 * kMs);
+  joiner.add(stream(kClient, 40, [&](int i) { return sent(i) + 60 * kMs + static_cast<TimestampNs>(i) * 171 * kMs / 39; }),
+             kT0 + 1300 * kMs);
+  const StreamRecord* s = find(Role::server, 100);
+  ASSERT_TRUE(s && path_view_of(*s).delivery);
+  const Delivery& d = *path_view_of(*s).delivery;
+  ASSERT_TRUE(d.reader_rate_ratio);
+  EXPECT_NEAR(*d.reader_rate_ratio, 780.0 / 951.0, 0.005);
+  EXPECT_EQ(d.lag_cause, StallCause::client_read);
+  EXPECT_NE(d.lag_evidence.find("the client read 0.82x as fast as the server wrote over 40 token events"), std::string::npos)
+      << d.lag_evidence;
+  EXPECT_FALSE(d.degraded_by_path) << "171 ms behind, under the 200 ms floor: " << d.degraded_reason;
+}
+
+// Bytes that reached a loopback reader late, with no retransmission, waited
+// in the sender's queue for the reader's window: the reader's doing, not the
+// network's. Across a network the same arrival is the network's.
+TEST_F(PathJoinerTest, ALateArrivalOverLoopbackIsTheReadersAcrossANetworkTheNetworks) {
+  for (const bool loopback : {true, false}) {
+    out_.clear();
+    Side server = kServer, client = kClient;
+    if (loopback) {
+      for (Endpoint* e : {&server.local, &server.remote, &client.local, &client.remote}) e->addr[0] = 127;
+    }
+    peer_ = PathPartners::Activity::streaming;
+    const auto sent = [](int i) { return kT0 + 20 * kMs + i * 10 * kMs; };
+    const auto arrived = [&](int i) { return sent(i) + 50'000 + (i >= 10 ? 300 * kMs : 0); };
+    joiner.add(stream(server, 20, sent), kT0 + 300 * kMs);
+    StreamRecord c = stream(client, 20, [&](int i) { return arrived(i) + 100'000; });
+    for (int i = 0; i < 20; ++i) c.timeline[static_cast<std::size_t>(i)].arrived_ns = arrived(i);
+    joiner.add(std::move(c), kT0 + 700 * kMs);
+    const StreamRecord* s = find(Role::server, 100);
+    ASSERT_TRUE(s && path_view_of(*s).delivery);
+    const Delivery& d = *path_view_of(*s).delivery;
+    ASSERT_EQ(d.stall_causes.size(), 1u);
+    EXPECT_EQ(d.stall_causes[0].cause, loopback ? StallCause::client_read : StallCause::network) << d.stall_causes[0].evidence;
+    if (loopback) EXPECT_NE(d.stall_causes[0].evidence.find("over loopback"), std::string::npos) << d.stall_causes[0].evidence;
+  }
 }
 
 // Readers that keep up, or fall behind a little and catch up, are not findings.

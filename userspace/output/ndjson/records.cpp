@@ -120,6 +120,7 @@ json delivery_json(const core::Delivery& d) {
   put_ms(j, "lag_max_ms", d.lag_max_ns);
   put_ms(j, "lag_last_ms", d.lag_last_ns);
   put_ms_signed(j, "lag_growth_ms", d.lag_growth_ns);
+  j["reader_rate"] = d.reader_rate_ratio ? json(*d.reader_rate_ratio) : json(nullptr);
   j["lag_cause"] = d.lag_cause == core::StallCause::none ? json(nullptr) : json(core::to_string(d.lag_cause));
   j["lag_evidence"] = d.lag_evidence;
   j["degraded_by_path"] = d.degraded_by_path;
