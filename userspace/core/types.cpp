@@ -108,8 +108,14 @@ std::string_view to_string(StallCause c) {
     case StallCause::backpressure: return "backpressure";
     case StallCause::network: return "network";
     case StallCause::client_read: return "client_read";
+    case StallCause::upstream: return "upstream";
   }
   return "none";
+}
+
+bool on_the_path(StallCause c) {
+  return c == StallCause::gateway_buffering || c == StallCause::backpressure || c == StallCause::network ||
+         c == StallCause::client_read;
 }
 
 std::string stream_id(const StreamRecord& r) {

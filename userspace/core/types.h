@@ -189,9 +189,14 @@ struct TimelineTail {
   std::size_t held_bytes() const;
 };
 
-// Where a stall came from. `none` until diagnosed.
-enum class StallCause : std::uint8_t { none, model, gateway_buffering, backpressure, network, client_read };
+// Where a stall came from. `none` until diagnosed. `upstream`: the sender is
+// not on this host, and no TCP evidence on the reader says network: the
+// server or the path before this host, which cannot be told apart from here.
+enum class StallCause : std::uint8_t { none, model, gateway_buffering, backpressure, network, client_read, upstream };
 std::string_view to_string(StallCause c);
+// Did the path on this host cause it (a gateway, a full window, the network,
+// the reader), rather than the sender, what lies before it, or nothing known?
+bool on_the_path(StallCause c);
 
 // A gap between token events past the stall threshold, as the stream's own
 // timeline shows it (core/metrics.h). Its cause is the path's to say.

@@ -127,7 +127,7 @@ std::set<std::string_view> path_causes(const core::Delivery& d) {
     if (c != core::StallCause::none) out.insert(core::to_string(c));
   }
   for (const core::StallVerdict& v : d.stall_causes) {
-    if (v.cause != core::StallCause::model && v.cause != core::StallCause::none) out.insert(core::to_string(v.cause));
+    if (core::on_the_path(v.cause)) out.insert(core::to_string(v.cause));
   }
   if (out.empty()) out.insert(core::to_string(core::StallCause::none));
   return out;

@@ -116,7 +116,7 @@ void measure_lag(Delivery& d, const PathNode& node, const std::vector<int>& cont
                     static_cast<double>(*d.lag_growth_ns) >= kMinGrowthShare * span && *d.lag_growth_ns > 0;
   if (!slow) return;
   Verdict where = delay_cause(hops_of(&node, content[delivered.size() - 1]));
-  if (where.cause == StallCause::none || where.cause == StallCause::model) return;
+  if (!on_the_path(where.cause)) return;
   d.lag_cause = where.cause;
   d.lag_evidence = "the client read " + ratio_text(*d.reader_rate_ratio) + "x as fast as the server wrote over " +
                    std::to_string(delivered.size()) + " token events and fell behind by " +
@@ -130,7 +130,7 @@ void measure_lag(Delivery& d, const PathNode& node, const std::vector<int>& cont
 void judge(Delivery& d, const std::vector<Hop>& first, const PipelineConfig& config) {
   std::map<StallCause, std::uint32_t> path_stalls;
   for (const StallVerdict& v : d.stall_causes) {
-    if (v.cause != StallCause::model && v.cause != StallCause::none) ++path_stalls[v.cause];
+    if (on_the_path(v.cause)) ++path_stalls[v.cause];
   }
   const bool ttft_hurt = d.ttft_added_ns && *d.ttft_added_ns >= config.stall_floor_ns;
   if (ttft_hurt) {

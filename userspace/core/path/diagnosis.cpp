@@ -181,14 +181,20 @@ WorstHop worst_hop(const std::vector<Hop>& path_a, const std::vector<Hop>& path_
 }
 
 // The sender is not on this host: a gap in what arrived is the server's or
-// the network's before this host, and cannot be told apart from here.
+// the path's before this host, which cannot be told apart from here
+// (`upstream`), unless the reader's own connection retransmitted in the gap.
 Verdict remote_sender_cause(const std::vector<Hop>& path_b, const WorstHop& w) {
   const Hop* arrived_b = path_b.front().kind == HopKind::arrived ? &path_b.front() : nullptr;
   if (w.b->kind == HopKind::read && arrived_b && w.b != arrived_b)
     return {StallCause::client_read,
             "bytes waited " + evidence_ms(unread_ns(*w.b->at, w.b->index)) + " in the client's socket before the read"};
-  return {StallCause::model, "the sender is not traced on this host: nothing arrived for " +
-                                 evidence_ms(static_cast<std::uint64_t>(std::max<std::int64_t>(w.last_gap, 0)))};
+  const std::string silent = evidence_ms(static_cast<std::uint64_t>(std::max<std::int64_t>(w.last_gap, 0)));
+  const TcpContext& tcp = path_b.front().at->rec.tcp;
+  const TimestampNs from = w.a ? w.a->ts : 0;
+  if (const std::size_t rt = count_in(tcp.retransmit_ns, from, w.b->ts); rt > 0)
+    return {StallCause::network, "nothing arrived for " + silent + "; " + std::to_string(rt) + " retransmissions"};
+  return {StallCause::upstream,
+          "the sender is not traced on this host: nothing arrived for " + silent + " (the server or the path before this host)"};
 }
 
 // A gateway sent late what it had read on time.

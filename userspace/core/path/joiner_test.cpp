@@ -197,6 +197,30 @@ TEST_F(PathJoinerTest, AShortSteadySlowReaderIsNamedByItsRate) {
   EXPECT_FALSE(d.degraded_by_path) << "171 ms behind, under the 200 ms floor: " << d.degraded_reason;
 }
 
+// A client whose server is on another host: a pause in what arrived is the
+// server's or the path's before this host (upstream), unless the client's
+// connection retransmitted in it (network). Never the model's by default.
+TEST_F(PathJoinerTest, AStallSeenOnlyFromTheClientIsUpstreamUnlessTcpSaysNetwork) {
+  for (const bool retransmitted : {false, true}) {
+    out_.clear();
+    const auto read = [](int i) { return kT0 + 20 * kMs + i * 10 * kMs + (i >= 10 ? 300 * kMs : 0); };
+    StreamRecord c = stream(kClient, 20, read);
+    if (retransmitted) {
+      c.tcp.signals = true;
+      c.tcp.retransmits = 1;
+      c.tcp.retransmit_ns = {read(9) + 100 * kMs};
+    }
+    joiner.add(std::move(c), kT0 + 600 * kMs);
+    joiner.release_all();
+    const StreamRecord* r = find(Role::client, 200);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->metrics.stalls.size(), 1u);
+    const StallVerdict& v = verdict_at(path_view_of(*r).stall_causes, 0);
+    EXPECT_EQ(v.cause, retransmitted ? StallCause::network : StallCause::upstream) << v.evidence;
+    EXPECT_FALSE(on_the_path(StallCause::upstream)) << "what lies before this host is not its path";
+  }
+}
+
 // Bytes that reached a loopback reader late, with no retransmission, waited
 // in the sender's queue for the reader's window: the reader's doing, not the
 // network's. Across a network the same arrival is the network's.

@@ -152,12 +152,12 @@ text{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;f
 .ttft{stroke:#333;stroke-width:1}.request{stroke:#777;stroke-width:1;stroke-dasharray:2 3}
 .cause-model{fill:#f28e2b;stroke:#c06a10}.cause-gateway_buffering{fill:#9c6ade;stroke:#6d3fb0}
 .cause-backpressure{fill:#e15759;stroke:#a83234}.cause-network{fill:#76b7b2;stroke:#3f8a85}
-.cause-client_read{fill:#59a14f;stroke:#35752c}.cause-other{fill:#bab0ac;stroke:#7f7773}
+.cause-client_read{fill:#59a14f;stroke:#35752c}.cause-upstream{fill:#edc948;stroke:#b3952a}.cause-other{fill:#bab0ac;stroke:#7f7773}
 )";
 
 // A class for a stall cause: only the causes the schema names; anything else is "other".
 std::string cause_class(const std::string& cause) {
-  static const std::set<std::string> known = {"model", "gateway_buffering", "backpressure", "network", "client_read"};
+  static const std::set<std::string> known = {"model", "gateway_buffering", "backpressure", "network", "client_read", "upstream"};
   return "cause-" + (known.count(cause) ? cause : std::string("other"));
 }
 
