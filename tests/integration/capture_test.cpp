@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "protocol/websocket/test_encoder.h"
 #include "test_util.h"
 
 using infertap::capture::Capture;
@@ -472,6 +473,80 @@ TEST_F(CaptureTest, Http2PrefaceAndServerSettingsAreFollowed) {
   col_->settle(50);
   for (const auto& e : col_->events) EXPECT_FALSE(is_data(e, ping_fd, ITAP_DIR_SEND)) << "a PING first is not HTTP/2's start";
   EXPECT_GE(cap_->stats().sockets_muted - before.sockets_muted, 2u) << "both ends of the PING connection muted";
+}
+
+// A realtime session the agent joined after its upgrade: a socket whose
+// first data is a WebSocket text frame of JSON is followed, from either end
+// (a server's unmasked frame, a client's masked one, each length form); one
+// whose first frame no joined session can read (compressed: its window went
+// by; binary; a continuation; text that is not JSON) or random binary is
+// muted, both ends, and a valid frame after it does not revive it.
+class WebsocketFirstFrames : public CaptureTest {};
+
+TEST_F(WebsocketFirstFrames, JsonTextFramesAreFollowedOthersMuted) {
+  namespace ws = infertap::protocol::websocket;
+  const std::string delta = R"({"type":"response.output_text.delta","response_id":"resp_1","delta":"Hi"})";
+  const std::string append = R"({"type":"input_audio_buffer.append","audio":")" + std::string(70000, 'A') + "\"}";
+  const std::string server_frame = ws::testing::message(delta, ws::Sender::server);
+  // Who writes each first frame: the server's end (unmasked) or the client's (masked).
+  const std::vector<std::pair<bool, std::string>> readable = {
+      {true, server_frame},
+      {false, ws::testing::message(R"({"type":"response.create"})", ws::Sender::client)},
+      {true, ws::testing::message(delta + std::string(300, ' '), ws::Sender::server)},  // 16-bit length
+      {false, ws::testing::message(append, ws::Sender::client)},                       // 64-bit length
+  };
+  ws::testing::Compressor deflate;
+  std::string random(64, '\0');
+  std::uint32_t x = 0x2545f491;
+  for (char& c : random) c = static_cast<char>((x = x * 1664525 + 1013904223) >> 24);
+  random[0] = '\x9c';  // not a byte HTTP, SSE or a frame header of text begins with
+  const std::vector<std::string> unreadable = {
+      ws::testing::message(delta, ws::Sender::server, &deflate),
+      ws::testing::message(delta, ws::Sender::server, nullptr, 0, ws::Opcode::binary),
+      ws::testing::frame(ws::Opcode::continuation, delta),
+      ws::testing::message("hello, world", ws::Sender::server),
+      random,
+  };
+  // Read while written: 70 KB may not fit the socket buffers.
+  const auto pass = [](int writer, int reader, const std::string& bytes) {
+    bool read = false;
+    std::thread t([&] { read = read_exact(reader, bytes.size()); });
+    const ssize_t wrote = ::write(writer, bytes.data(), bytes.size());
+    t.join();
+    return wrote == ssize_t(bytes.size()) && read;
+  };
+  const auto before = cap_->stats();
+  std::vector<TcpPair> followed, muted;
+  for (const auto& [from_server, bytes] : readable) {
+    TcpPair& p = followed.emplace_back(tcp_pair());
+    ASSERT_TRUE(from_server ? pass(p.server.get(), p.client.get(), bytes) : pass(p.client.get(), p.server.get(), bytes));
+  }
+  for (const std::string& bytes : unreadable) {
+    TcpPair& p = muted.emplace_back(tcp_pair());
+    ASSERT_TRUE(pass(p.server.get(), p.client.get(), bytes));
+    ASSERT_TRUE(pass(p.server.get(), p.client.get(), server_frame)) << "a readable frame later";
+  }
+  EXPECT_TRUE(col_->wait_for([&](const std::vector<Ev>& evs) {
+    std::size_t ends = 0;
+    for (const TcpPair& p : followed) {
+      for (int fd : {p.client.get(), p.server.get()}) {
+        ends += std::any_of(evs.begin(), evs.end(), [&](const Ev& e) {
+          return is_data(e, fd, ITAP_DIR_SEND) || is_data(e, fd, ITAP_DIR_RECV);
+        });
+      }
+    }
+    return ends == 2 * followed.size();
+  })) << "a WebSocket text frame of JSON first was not followed at both ends";
+  col_->settle(50);
+  for (const TcpPair& p : muted) {
+    for (int fd : {p.client.get(), p.server.get()}) {
+      EXPECT_TRUE(col_->select([&](const Ev& e) { return e.h.pid == std::uint32_t(getpid()) && e.h.fd == fd; }).empty())
+          << "events on fd " << fd << " whose first frame no joined session can read";
+    }
+  }
+  const auto after = cap_->stats();
+  EXPECT_EQ(after.sockets_followed - before.sockets_followed, 2 * followed.size());
+  EXPECT_EQ(after.sockets_muted - before.sockets_muted, 2 * muted.size());
 }
 
 TEST_F(CaptureTest, UdpAndUnixDatagramsProduceNoEvents) {

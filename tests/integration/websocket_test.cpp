@@ -6,22 +6,29 @@
 // messages timed against the server's own clock, its usage read, a stall
 // injected in the server found on the right response and named `model`, and a
 // client that stops reading named. tshark dissects the same traffic as an
-// independent oracle for frame counts and TCP offsets.
+// independent oracle for frame counts and TCP offsets. A session the agent
+// joined after its upgrade (started, or restarted, mid-session) is read from
+// its first frame on.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "protocol/websocket/test_encoder.h"
 #include "support/live_test.h"
 #include "support/records.h"
 #include "support/test_certificate.h"
 #include "support/websocket_peers.h"
+#include "test_util.h"
 
 namespace infertap {
 namespace {
@@ -141,19 +148,23 @@ class WebsocketTest : public testing::LiveTest {
         EXPECT_EQ(r["events"].get<std::size_t>(), messages) << "one event per message of the response";
       }
       // Emit times against the server's own clock: each delta's send.
-      const json& s = servers.at(id);
-      const std::vector<std::int64_t> sent = run.log.token_times(id);
-      std::vector<std::int64_t> emitted;
-      for (const auto& e : s["timeline"])
-        if (e["kind"] == "content") emitted.push_back(e["ts_ns"].get<std::int64_t>());
       if (audio) continue;  // the log times output deltas; transcript deltas are content too
-      ASSERT_EQ(emitted.size(), sent.size());
-      std::vector<double> lag_us;
-      for (std::size_t i = 0; i < sent.size(); ++i) lag_us.push_back(double(emitted[i] - sent[i]) / 1e3);
-      std::sort(lag_us.begin(), lag_us.end());
-      EXPECT_GE(lag_us.front(), 0.0) << "an emit before the server's send";
-      EXPECT_LT(lag_us[lag_us.size() / 2], 2000.0) << "median emit lag behind the server's ws.send, µs";
+      expect_emits_follow_sends(servers.at(id), run.log.token_times(id));
     }
+  }
+
+  // Each content event's emit time in a server record is the server's send
+  // of its delta (`sent`, in order), within a median lag of 2 ms.
+  static void expect_emits_follow_sends(const json& server_record, const std::vector<std::int64_t>& sent) {
+    std::vector<std::int64_t> emitted;
+    for (const auto& e : server_record["timeline"])
+      if (e["kind"] == "content") emitted.push_back(e["ts_ns"].get<std::int64_t>());
+    ASSERT_EQ(emitted.size(), sent.size());
+    std::vector<double> lag_us;
+    for (std::size_t i = 0; i < sent.size(); ++i) lag_us.push_back(double(emitted[i] - sent[i]) / 1e3);
+    std::sort(lag_us.begin(), lag_us.end());
+    EXPECT_GE(lag_us.front(), 0.0) << "an emit before the server's send";
+    EXPECT_LT(lag_us[lag_us.size() / 2], 2000.0) << "median emit lag behind the server's ws.send, µs";
   }
 };
 
@@ -299,6 +310,152 @@ TEST_P(WebsocketGateway, BothLegsAreJoinedPerMessageAndTheStallIsTheModels) {
 
 INSTANTIATE_TEST_SUITE_P(Proxies, WebsocketGateway, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "haproxy" : "nginx"; });
+
+// ---- joined after the upgrade -------------------------------------------------------------
+
+// Where the agent joined a session: the response in flight and the messages
+// of it sent after the join (the server held it before token `hold_at` until
+// the agent was up).
+struct Join {
+  std::string in_flight;
+  int hold_at = 0;
+};
+
+class WebsocketJoinTest : public WebsocketTest {
+ protected:
+  // The response's own messages the agent could see: all of a response asked
+  // after the join; of the one in flight, those sent after it was released.
+  static std::size_t messages_seen(const RealtimeServerLog& log, const std::string& id, const Join& join) {
+    if (id != join.in_flight) return response_messages(log, id);
+    std::size_t n = 0;
+    for (const auto& m : log.of_response(id))
+      n += m.type.rfind("response.", 0) == 0 && (m.token >= join.hold_at || m.type == "response.done");
+    return n;
+  }
+
+  // Polls the server's log until the held response has sent `tokens` deltas.
+  static bool wait_for_deltas(const RealtimeServer& server, const std::string& id, int tokens) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (RealtimeServerLog::parse(server.log_path()).output_deltas(id).size() == std::size_t(tokens)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  // Connections on the traced `port` whose first bytes are no frame a joined
+  // session can read, then a readable one: how many.
+  static int connect_unreadable(const infertap::testutil::Fd& listener) {
+    namespace ws = protocol::websocket;
+    const std::string delta = R"({"type":"response.output_text.delta","response_id":"x","delta":"y"})";
+    ws::testing::Compressor deflate;
+    const std::vector<std::string> firsts = {
+        ws::testing::message(delta, ws::Sender::server, &deflate),
+        ws::testing::message(delta, ws::Sender::server, nullptr, 0, ws::Opcode::binary),
+        ws::testing::frame(ws::Opcode::continuation, delta),
+        std::string("\x9c\x07\xfe\x00\x31\x42\x77\x08\xd0\x1f\x00\x3a\x7b\x22\x61\x22", 16),
+    };
+    for (const std::string& first : firsts) {
+      infertap::testutil::TcpPair p = infertap::testutil::tcp_connect(listener);
+      for (const std::string& bytes : {first, ws::testing::message(delta, ws::Sender::server)}) {
+        EXPECT_EQ(::write(p.server.get(), bytes.data(), bytes.size()), ssize_t(bytes.size()));
+        EXPECT_TRUE(infertap::testutil::read_exact(p.client.get(), bytes.size()));
+      }
+    }
+    return int(firsts.size());
+  }
+
+  json agent_stats() const {
+    const std::string log = testing::read_file(path("agent.log"));
+    const std::size_t at = log.rfind("stats {");
+    if (at == std::string::npos) return json::object();
+    const std::size_t end = log.find('\n', at);
+    return json::parse(log.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6), nullptr, false);
+  }
+
+  // One record per end of response `id`: whole but for what went by before
+  // the join; TTFT only when the agent saw what asked for it; each content
+  // event's emit time (server) the server's send of its delta.
+  void expect_joined_records(const std::vector<json>& records, const RealtimeServerLog& log, const std::string& id,
+                             const Join& join, int ws_desyncs) {
+    const bool in_flight = id == join.in_flight;
+    for (const std::string role : {"server", "client"}) {
+      const auto side = by_response(records, role);
+      ASSERT_TRUE(side.count(id)) << "no " << role << " record of " << id;
+      const json& r = side.at(id);
+      SCOPED_TRACE(role + " " + id + ":\n" + brief(r));
+      EXPECT_EQ(r["protocol"], "websocket");
+      EXPECT_EQ(r["dialect"], "openai_realtime");
+      EXPECT_EQ(r["path"], "") << "the upgrade request went by before the agent";
+      EXPECT_EQ(r["joined_midstream"], in_flight) << "joined mid-way: what asked for it went by";
+      EXPECT_EQ(r["ttft_ms"].is_number(), !in_flight) << "TTFT only from a request the agent saw";
+      if (!in_flight) EXPECT_GT(r["ttft_ms"].get<double>(), 0.0);
+      if (!in_flight) EXPECT_LT(r["ttft_ms"].get<double>(), 2000.0);
+      EXPECT_EQ(r["tokens"], kTokens) << "usage.output_tokens of response.done";
+      const std::size_t messages = messages_seen(log, id, join);
+      if (role == "client" && r["end"] != "complete") {
+        // Coalesced reads can hide a frame header from the client's side (as
+        // when the agent saw the upgrade): said, and the counts lower bounds.
+        EXPECT_GT(ws_desyncs, 0) << "a partial client record without a desync counted";
+        EXPECT_LT(r["events"].get<std::size_t>(), messages);
+        continue;
+      }
+      EXPECT_EQ(r["end"], "complete");
+      EXPECT_EQ(r["events"].get<std::size_t>(), messages) << "one event per message the agent could see";
+      EXPECT_EQ(r["content_events"], in_flight ? kTokens - join.hold_at : kTokens);
+    }
+    std::vector<std::int64_t> sent = log.token_times(id);
+    if (in_flight) sent.erase(sent.begin(), sent.begin() + join.hold_at);  // before the join
+    expect_emits_follow_sends(by_response(records, "server").at(id), sent);
+  }
+};
+
+// The agent (re)started during a realtime session, as a DaemonSet rollout
+// does: after the WebSocket opened, with its first response in flight (held
+// before token kHoldAt until the agent is up), then two more asked. Every
+// response is one record per end; the one in flight joined mid-way. Traced
+// sockets whose first bytes are no frame a joined session can read are muted
+// in the kernel: userspace never sees them (it would mute them itself).
+TEST_F(WebsocketJoinTest, ASessionJoinedAfterItsUpgradeIsRead) {
+  constexpr int kHoldAt = 8, kResponses = 3;
+  const std::string release = path("release");
+  RealtimeServer server(path("server"),
+                        {.tokens = kTokens, .interval_ms = 10, .hold_file = release, .hold_at = kHoldAt, .noise = true});
+  ASSERT_TRUE(server.ok()) << server.error();
+  testing::RealtimeClient client(path("client"), {.url = testing::realtime_base_url(server.port()),
+                                                  .responses = kResponses, .deflate = false,
+                                                  .timeout_ms = 60000});  // the held response waits for the agent
+  ASSERT_TRUE(client.ok()) << client.error();
+  const Join join{"resp_0_0", kHoldAt};
+  ASSERT_TRUE(wait_for_deltas(server, join.in_flight, kHoldAt)) << server.output();
+  const infertap::testutil::Fd listener = infertap::testutil::tcp_listener(port_);
+  ASSERT_GE(listener.get(), 0);
+  start_agent_on_ports({server.port(), port_});
+  ASSERT_FALSE(HasFailure());
+  const int unreadable = connect_unreadable(listener);
+  std::ofstream(release) << "go\n";
+  const RealtimeClientRun c = client.finish();
+  EXPECT_EQ(c.rc, 0) << c.output;
+  const std::vector<json> records = stop_agent_after_joins();
+  const RealtimeServerLog log = server.log();
+  const json stats = agent_stats();
+  ASSERT_TRUE(stats.is_object() && stats.contains("pipeline")) << testing::read_file(path("agent.log"));
+  const json& pipeline = stats["pipeline"];
+
+  const std::vector<std::string> ids = log.response_ids();
+  ASSERT_EQ(ids.size(), std::size_t(kResponses));
+  EXPECT_EQ(ids[0], join.in_flight);
+  EXPECT_EQ(by_response(records, "server").size(), ids.size()) << "one server record per response";
+  EXPECT_EQ(by_response(records, "client").size(), ids.size()) << "one client record per response";
+  for (const std::string& id : ids) expect_joined_records(records, log, id, join, pipeline.value("ws_desyncs", 0));
+  EXPECT_EQ(pipeline.value("ws_joined", 0), 2) << "both ends' connections joined after their upgrade";
+  EXPECT_EQ(pipeline.value("ws_connections", 0), 2);
+  EXPECT_EQ(pipeline.value("ws_frame_errors", 0), 0);
+  // The kernel muted the unreadable connections: had it followed them,
+  // userspace would have refused and muted them (connections_muted).
+  EXPECT_EQ(pipeline.value("connections_muted", -1), 0);
+  EXPECT_GE(stats["kernel"].value("sockets_muted", 0), 2 * unreadable);
+}
 
 // ---- the tshark oracle --------------------------------------------------------------------
 

@@ -254,6 +254,8 @@ struct RealtimeServerOptions {
   int ttft_ms = -1;                 // response.created -> first delta; -1: interval_ms
   int interval_ms = 10;             // between deltas
   int stall_ms = 0, stall_at = -1, stall_response = 0;  // one extra pause of stall_ms before token stall_at
+  std::string hold_file;            // set: each connection's first response waits before token hold_at until it exists
+  int hold_at = -1;
   bool audio = false;               // audio deltas (+ transcript deltas) instead of text deltas
   int audio_bytes = 4800;           // PCM16 bytes per audio delta (4800 = 100 ms at 24 kHz)
   bool noise = false;               // rate_limits.updated / session.updated between deltas
@@ -272,6 +274,7 @@ inline std::vector<std::string> realtime_server_args(const RealtimeServerOptions
   if (o.stall_ms > 0)
     a.insert(a.end(), {"--stall-ms", std::to_string(o.stall_ms), "--stall-at", std::to_string(o.stall_at),
                        "--stall-response", std::to_string(o.stall_response)});
+  if (!o.hold_file.empty()) a.insert(a.end(), {"--hold-file", o.hold_file, "--hold-at", std::to_string(o.hold_at)});
   if (o.audio) a.insert(a.end(), {"--audio", "--audio-bytes", std::to_string(o.audio_bytes)});
   if (o.noise) a.push_back("--noise");
   if (!o.model.empty()) a.insert(a.end(), {"--model", o.model});

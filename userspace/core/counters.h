@@ -47,14 +47,15 @@
   X(h2_desyncs, total, "HTTP/2 directions that lost their frames: a capture hole swallowed a frame header") \
   X(h2_resyncs, total, "HTTP/2 directions that found their frames again at a plausible frame header")      \
   X(h2_frame_errors, total, "HTTP/2 frames their type does not allow (length, padding, preface)")          \
-  X(ws_connections, total, "connections an HTTP/1.1 upgrade switched to WebSocket")                        \
+  X(ws_connections, total, "connections read as WebSocket: switched by an HTTP/1.1 upgrade, or joined at a frame") \
+  X(ws_joined, total, "WebSocket connections joined after their upgrade (the agent started mid-session): read from a text frame of JSON") \
   X(ws_responses, total, "WebSocket realtime responses followed (each its own exchange)")                  \
   X(ws_responses_not_followed, total, "WebSocket responses beyond the per-connection bound (16 open)")    \
   X(ws_desyncs, total, "WebSocket directions that lost their frames: a capture hole swallowed a frame header") \
   X(ws_resyncs, total, "WebSocket directions that found their frames again at a provable frame header")    \
   X(ws_frame_errors, total, "WebSocket frames RFC 6455 does not allow (masking, control frame, reserved bits)") \
   X(ws_messages_too_large, total, "WebSocket messages beyond the kept bound: their meaning was read from their head") \
-  X(ws_undecodable, total, "WebSocket directions whose permessage-deflate context was lost (a hole, corrupt data, a bound)")
+  X(ws_undecodable, total, "WebSocket directions whose permessage-deflate context was lost (a hole, corrupt data, a bound, a session joined after its upgrade)")
 
 namespace infertap::core {
 

@@ -31,10 +31,12 @@ std::unique_ptr<Session> upgraded_http2(const UpgradeStart& start, ExchangeSinks
   return session;
 }
 
+// WebSocket after HTTP/1: from its first bytes only a session the agent joined
+// after its upgrade (a text frame of JSON), never HTTP text.
 constexpr ProtocolEntry kProtocolList[] = {
     {Protocol::http2, recognise_http2, upgraded_http2},
     {Protocol::http1, recognise_as<Http1Session>, nullptr},
-    {Protocol::websocket, nullptr, websocket::make_upgraded},
+    {Protocol::websocket, websocket::recognise, websocket::make_upgraded},
 };
 static_assert(std::size(kProtocolList) == kProtocols, "every Protocol is registered once");
 

@@ -9,6 +9,7 @@
 //                   [--deflate on|off] [--no-context-takeover]
 //                   [--names ga|beta] [--tokens 20] [--ttft-ms MS] [--interval-ms 10]
 //                   [--stall-ms S --stall-at K [--stall-response R]]
+//                   [--hold-file FILE --hold-at K]
 //                   [--audio] [--audio-bytes 4800] [--noise] [--input-tokens 12]
 //                   [--model NAME] [--log FILE]
 //
@@ -31,6 +32,10 @@
 //   response.usage {input_tokens, output_tokens: tokens, total_tokens}.
 //   --stall-ms S --stall-at K: one extra pause of S ms before token K (0-based:
 //   after K tokens were sent) of response R (0-based per connection, default 0).
+//   --hold-file FILE --hold-at K: the first response of each connection waits
+//   before its token K until FILE exists (checked every 5 ms): a test starts
+//   the agent meanwhile, so that it joins the session with a response in
+//   flight.
 //   --noise: rate_limits.updated after response.created and between tokens
 //   (every 3rd gap: rate_limits.updated, every 5th: session.updated), and after
 //   response.done, as the API sends it.
@@ -53,7 +58,8 @@ import { WebSocketServer } from "ws";
 function parseArgs(argv) {
   const o = {
     host: "127.0.0.1", port: 0, tlsCert: "", tlsKey: "", deflate: "off", contextTakeover: true, names: "ga",
-    tokens: 20, ttftMs: -1, intervalMs: 10, stallMs: 0, stallAt: -1, stallResponse: 0, audio: false,
+    tokens: 20, ttftMs: -1, intervalMs: 10, stallMs: 0, stallAt: -1, stallResponse: 0, holdFile: "", holdAt: -1,
+    audio: false,
     audioBytes: 4800, noise: false, inputTokens: 12, model: "gpt-realtime", log: "",
   };
   const flags = { "--audio": "audio", "--noise": "noise" };
@@ -62,6 +68,7 @@ function parseArgs(argv) {
     "--tls-key": ["tlsKey", String], "--deflate": ["deflate", String], "--names": ["names", String],
     "--tokens": ["tokens", Number], "--ttft-ms": ["ttftMs", Number], "--interval-ms": ["intervalMs", Number],
     "--stall-ms": ["stallMs", Number], "--stall-at": ["stallAt", Number], "--stall-response": ["stallResponse", Number],
+    "--hold-file": ["holdFile", String], "--hold-at": ["holdAt", Number],
     "--audio-bytes": ["audioBytes", Number], "--input-tokens": ["inputTokens", Number], "--model": ["model", String],
     "--log": ["log", String],
   };
@@ -79,6 +86,7 @@ function parseArgs(argv) {
   if (!["ga", "beta"].includes(o.names)) usage("--names ga|beta");
   if (!o.tlsCert !== !o.tlsKey) usage("--tls-cert and --tls-key go together");
   if (o.audioBytes % 2) usage("--audio-bytes: PCM16 samples, an even count");
+  if (!o.holdFile !== (o.holdAt < 0)) usage("--hold-file and --hold-at go together");
   if (o.ttftMs < 0) o.ttftMs = o.intervalMs;
   return o;
 }
@@ -134,6 +142,9 @@ process.on("SIGINT", () => flushAndExit(0));
 // ---- sessions ----------------------------------------------------------------------------
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+async function holdUntil(file) {
+  while (!fs.existsSync(file)) await sleep(5);
+}
 let connCount = 0;
 
 function sessionObject(s) {
@@ -257,6 +268,7 @@ class Session {
     const ids = { response_id: id, item_id: itemId, output_index: 0, content_index: 0 };
     let text = "";
     for (let k = 0; k < n; k++) {
+      if (r === 0 && k === opt.holdAt) await holdUntil(opt.holdFile);
       let wait = k === 0 ? opt.ttftMs : opt.intervalMs;
       if (k === opt.stallAt && r === opt.stallResponse) wait += opt.stallMs;
       if (opt.noise && k > 0) {  // between the tokens: in the middle of the gap

@@ -44,7 +44,7 @@ Connection::Connection(ConnIdentity identity, const PipelineConfig& config, Pipe
 bool Connection::decide(Flow flow, std::span<const std::uint8_t> head) {
   session_ = protocol::recognise(flow, head, exchanges_, settings_);
   if (!session_) return false;
-  exchanges_.set_session(session_->protocol(), session_->role());
+  exchanges_.set_session(session_->protocol(), session_->role(), /*upgraded=*/false);
   return true;
 }
 
@@ -199,7 +199,7 @@ void Connection::switch_protocols(Flow flow, const protocol::Piece& piece, const
   }
   const std::uint64_t begins = flow == Flow::outbound ? start.outbound_position : start.inbound_position;
   session_ = std::move(next);
-  exchanges_.set_session(session_->protocol(), session_->role());
+  exchanges_.set_session(session_->protocol(), session_->role(), /*upgraded=*/true);
   const protocol::Piece rest = piece.from(begins);
   if (rest.length > 0) feed_session(flow, rest, context);
 }

@@ -9,9 +9,10 @@ using protocol::Protocol;
 using protocol::SessionProblem;
 
 // The counters each protocol's sessions feed (docs/prometheus.md).
-void count_session(PipelineCounters& c, Protocol p) {
+void count_session(PipelineCounters& c, Protocol p, bool upgraded) {
   if (p == Protocol::http2) ++c.h2_connections;
   if (p == Protocol::websocket) ++c.ws_connections;
+  if (p == Protocol::websocket && !upgraded) ++c.ws_joined;  // its upgrade went by before the agent started
 }
 
 void count_exchange(PipelineCounters& c, Protocol p) {
@@ -45,10 +46,10 @@ Exchanges::Exchanges(const ConnIdentity& identity, const PipelineConfig& config,
                      const RoleCensus& census, LoadTracker* load)
     : identity_(identity), config_(config), counters_(counters), census_(census), load_(load) {}
 
-void Exchanges::set_session(protocol::Protocol protocol, Role role) {
+void Exchanges::set_session(protocol::Protocol protocol, Role role, bool upgraded) {
   protocol_ = protocol;
   role_ = role;
-  count_session(counters_, protocol);
+  count_session(counters_, protocol, upgraded);
   for (auto& [id, e] : entries_) e.assembler->set_role(role);
 }
 

@@ -25,9 +25,10 @@ class Exchanges : public protocol::ExchangeSinks {
   Exchanges(const ConnIdentity& identity, const PipelineConfig& config, PipelineCounters& counters,
             const RoleCensus& census, LoadTracker* load);
 
-  // The session now speaking (an upgrade changes it): its role and protocol
-  // go to the exchanges it opens from now on.
-  void set_session(protocol::Protocol protocol, Role role);
+  // The session now speaking (`upgraded`: an upgrade changed it; else the
+  // connection's first bytes decided it): its role and protocol go to the
+  // exchanges it opens from now on.
+  void set_session(protocol::Protocol protocol, Role role, bool upgraded);
   // The piece being fed: an exchange it reaches takes its context.
   void begin_piece(const PieceContext& piece) { piece_ = &piece; }
   void end_piece();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <utility>
 
 namespace infertap::protocol::websocket {
 namespace {
@@ -165,12 +166,39 @@ std::optional<std::size_t> frames_ending_at_end(std::span<const std::uint8_t> by
   return std::nullopt;
 }
 
+namespace {
+
+bool json_key_start(std::uint8_t c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$' || c == '@';
+}
+
+}  // namespace
+
+std::optional<Sender> joined_frame_sender(std::span<const std::uint8_t> head) {
+  if (head.size() < 2 || head.size() < header_size(head[1])) return std::nullopt;
+  const FrameHeader h = parse_header(head);
+  const Sender sender = h.masked ? Sender::client : Sender::server;
+  if (!valid(h, sender, /*deflate=*/false) || h.opcode != static_cast<std::uint8_t>(Opcode::text) ||
+      !h.minimal_length() || h.length > kMaxPlausibleFrame || h.length < 2 || head.size() < h.size + 2)
+    return std::nullopt;
+  std::uint8_t first[3] = {};
+  const std::size_t have = std::min<std::size_t>({3, head.size() - h.size, static_cast<std::size_t>(h.length)});
+  std::memcpy(first, head.data() + h.size, have);
+  unmask(h, 0, {first, have});
+  if (first[0] != '{' || first[1] != '"' || (have == 3 && !json_key_start(first[2]))) return std::nullopt;
+  return sender;
+}
+
 // ---- the reader ---------------------------------------------------------------------
 
-FrameReader::FrameReader(Sender sender, bool deflate, std::uint64_t start, FrameSink& sink)
-    : sender_(sender), deflate_(deflate), sink_(sink), position_(start) {}
+FrameReader::FrameReader(Sender sender, bool deflate, std::uint64_t start, FrameSink& sink, bool joined)
+    : sender_(sender), deflate_(deflate), sink_(sink), position_(start), joining_(joined) {
+  if (joined) state_ = State::lost;
+}
 
 void FrameReader::feed(const Piece& piece) {
+  // Joined: nothing before the first piece is the reader's to lose.
+  if (joining_ && piece.position > position_) position_ = piece.position;
   if (piece.end() <= position_) return;  // before the frames began, or fed already
   if (piece.position > position_) skip(piece.position - position_, piece.ts);
   const Piece p = piece.position < position_ ? from_position(piece, position_) : piece;
@@ -352,11 +380,18 @@ void FrameReader::lost(std::uint64_t n) {
 // Only a piece whose first bytes prove a frame header lets a lost direction
 // read frames again: the reader starts there with no message in progress.
 void FrameReader::try_resync(const Piece& piece) {
-  if (!provable(piece.head, sender_, deflate_)) return;
+  const bool proven = provable(piece.head, sender_, deflate_) ||
+                      (joining_ && joined_frame_sender(piece.head) == sender_);
+  if (!proven) return;
   state_ = State::header;
   header_have_ = 0;
   position_ = piece.position;
-  sink_.on_problem(SessionProblem::resynchronised);
+  found_frames();
+}
+
+// Frames found again after a lost sync, or for the first time when joined.
+void FrameReader::found_frames() {
+  if (!std::exchange(joining_, false)) sink_.on_problem(SessionProblem::resynchronised);
 }
 
 // A lost direction whose call's tail holds whole frames ending at its end:
@@ -368,7 +403,7 @@ std::size_t FrameReader::try_resync_in_tail(std::span<const std::uint8_t> tail) 
   if (*start > 0) lost(*start);
   state_ = State::header;
   header_have_ = 0;
-  sink_.on_problem(SessionProblem::resynchronised);
+  found_frames();
   return *start;
 }
 

@@ -79,6 +79,15 @@ bool provable(std::span<const std::uint8_t> head, Sender sender, bool deflate);
 // or none. A read ends where the sender's last write did, so the frames of a
 // call's tail are found again after a hole swallowed a header before them.
 std::optional<std::size_t> frames_ending_at_end(std::span<const std::uint8_t> bytes, Sender sender, bool deflate);
+// Does `head`, the first bytes the agent saw of a connection, start a
+// WebSocket text frame of JSON, as a realtime session joined after its
+// upgrade does? RSV bits clear (a compressed message cannot be read without
+// the window before it), text (the whole message or its first fragment), a
+// minimal plausible length, the payload (unmasked) opening `{"` and, when the
+// head holds it, a key's first character: the kernel's test
+// (bpf/helpers/classify.bpf.h) on more bytes. Who sent it: a client masks, a
+// server does not. None when it is not such a frame.
+std::optional<Sender> joined_frame_sender(std::span<const std::uint8_t> head);
 
 // A data message (text or binary), whole: all its frames read.
 struct Message {
@@ -120,9 +129,13 @@ class FrameSink {
 };
 
 // One direction's frames, read from `start` (its first frame's position).
+// Joined (the agent started after the upgrade): where the frames begin is
+// unknown; the reader starts lost and reads from the first piece whose head
+// proves a frame (provable(), or joined_frame_sender() for this sender),
+// without counting that as a lost and found sync.
 class FrameReader {
  public:
-  FrameReader(Sender sender, bool deflate, std::uint64_t start, FrameSink& sink);
+  FrameReader(Sender sender, bool deflate, std::uint64_t start, FrameSink& sink, bool joined = false);
 
   void feed(const Piece& piece);
   // `n` bytes at the reader's position never reached userspace.
@@ -146,6 +159,7 @@ class FrameReader {
   void lost(std::uint64_t n);
   void try_resync(const Piece& piece);
   std::size_t try_resync_in_tail(std::span<const std::uint8_t> tail);
+  void found_frames();
 
   const Sender sender_;
   const bool deflate_;
@@ -162,6 +176,7 @@ class FrameReader {
   std::string control_;          // a control frame's payload (<= 125 bytes)
   bool in_message_ = false;      // a data message's first frame was read, not its last
   Message message_;
+  bool joining_ = false;         // joined, no frame found yet
 };
 
 }  // namespace infertap::protocol::websocket

@@ -25,11 +25,14 @@ ExchangeSink::Undecodable undecodable_reason(Inflater::Status s) {
 }  // namespace
 
 // One direction: its frames, its inflater, and whether it still takes bytes.
+// Joined after the upgrade, whether permessage-deflate was negotiated is
+// unknown: RSV1 frames are read as such, their messages undecodable.
 struct Session::Direction final : FrameSink {
   Direction(Session& s, bool server_sends, std::uint64_t start)
       : session(s),
         from_server(server_sends),
-        reader(server_sends ? Sender::server : Sender::client, s.deflate_.has_value(), start, *this) {
+        reader(server_sends ? Sender::server : Sender::client, s.deflate_.has_value() || s.joined_, start, *this,
+               s.joined_) {
     if (!s.deflate_) return;
     const DeflateParams& p = *s.deflate_;
     const int bits = server_sends ? p.server_max_window_bits : p.client_max_window_bits;
@@ -53,7 +56,10 @@ struct Session::Direction final : FrameSink {
 
   void on_message(const Message& m) override {
     Text text{m.payload, m.payload_bytes, m.truncated, true};
-    if (m.compressed && inflater) {
+    if (m.compressed && !inflater) {
+      session.on_compressed_unread(*this);
+      text.readable = false;
+    } else if (m.compressed) {
       if (inflating != m.first_position) inflater->begin();  // no payload bytes came
       inflating.reset();
       const Inflater::Status s = inflater->end();
@@ -93,6 +99,7 @@ struct Session::Response {
   std::uint64_t body_offset = 0;  // wire bytes of its messages so far
   MessageStats stats;
   bool undecodable_told = false;
+  bool request_seen = false;  // false: joined, what asked for it went by before the agent started
 };
 
 Session::Session(const UpgradeStart& start, ExchangeSinks& sinks, const SessionSettings& settings)
@@ -101,17 +108,36 @@ Session::Session(const UpgradeStart& start, ExchangeSinks& sinks, const SessionS
     method_ = start.request->method;
     target_ = start.request->target;
   }
-  const bool server = role_ == Role::server;
-  outbound_ = std::make_unique<Direction>(*this, server, start.outbound_position);
-  inbound_ = std::make_unique<Direction>(*this, !server, start.inbound_position);
+  make_directions(start.outbound_position, start.inbound_position);
+}
+
+// Each direction's frames begin at its first piece the reader can prove.
+Session::Session(Role role, ExchangeSinks& sinks, const SessionSettings& settings)
+    : sinks_(sinks), settings_(settings), role_(role), joined_(true) {
+  make_directions(0, 0);
 }
 
 Session::~Session() = default;
+
+void Session::make_directions(std::uint64_t outbound_start, std::uint64_t inbound_start) {
+  const bool server = role_ == Role::server;
+  outbound_ = std::make_unique<Direction>(*this, server, outbound_start);
+  inbound_ = std::make_unique<Direction>(*this, !server, inbound_start);
+}
 
 std::unique_ptr<protocol::Session> make_upgraded(const UpgradeStart& start, ExchangeSinks& sinks,
                                                  const SessionSettings& settings) {
   if (start.upgrade != "websocket" || start.role == Role::unknown) return nullptr;
   return std::make_unique<Session>(start, sinks, settings);
+}
+
+std::unique_ptr<protocol::Session> recognise(Flow flow, std::span<const std::uint8_t> head, ExchangeSinks& sinks,
+                                             const SessionSettings& settings) {
+  const std::optional<Sender> sender = joined_frame_sender(head);
+  if (!sender) return nullptr;
+  const bool sent_here = flow == Flow::outbound;
+  const Role role = (*sender == Sender::server) == sent_here ? Role::server : Role::client;
+  return std::make_unique<Session>(role, sinks, settings);
 }
 
 Session::Direction& Session::direction(Flow flow) { return flow == Flow::outbound ? *outbound_ : *inbound_; }
@@ -184,11 +210,24 @@ void Session::on_undecodable(Direction& d, Inflater::Status why) {
     d.context_loss_told = true;
   }
   sinks_.on_problem(Protocol::websocket, SessionProblem::undecodable);
-  if (!d.from_server) return;
+  if (d.from_server) responses_undecodable(undecodable_reason(why));
+}
+
+// Joined after the upgrade, a compressed message: permessage-deflate was
+// negotiated with parameters and a window the agent never saw. Counted once
+// per direction; every response open when one goes by is told, as messages
+// of it may be lost.
+void Session::on_compressed_unread(Direction& d) {
+  compressed_seen_ = true;
+  for (auto& r : open_) r->stats.compressed = true;
+  if (!std::exchange(d.context_loss_told, true)) sinks_.on_problem(Protocol::websocket, SessionProblem::undecodable);
+  if (d.from_server) responses_undecodable(ExchangeSink::Undecodable::capture_hole);
+}
+
+void Session::responses_undecodable(ExchangeSink::Undecodable why) {
   for (auto& r : open_) {
-    if (r->undecodable_told) continue;
-    r->undecodable_told = true;
-    if (ExchangeSink* out = sinks_.exchange(r->id)) out->on_body_undecodable(undecodable_reason(why));
+    if (std::exchange(r->undecodable_told, true)) continue;
+    if (ExchangeSink* out = sinks_.exchange(r->id)) out->on_body_undecodable(why);
   }
 }
 
@@ -212,8 +251,9 @@ void Session::server_message(const Message& m, const Text& text) {
 // start of one (response.created, or a response.* of an id never seen).
 Session::Response* Session::owner(const MessageFacts& f, const Message& m) {
   if (!is_response_message(f.type)) return nullptr;
+  const bool created = f.type == kResponseCreated;
   if (f.response_id.empty()) {
-    if (f.type == kResponseCreated) return open_response("", m.end_ts);
+    if (created) return open_response("", m.end_ts, true);
     return open_.size() == 1 ? open_.front().get() : nullptr;
   }
   const std::string_view id = f.response_id.substr(0, kMaxResponseId);
@@ -221,7 +261,7 @@ Session::Response* Session::owner(const MessageFacts& f, const Message& m) {
     if (r->response_id == id) return r.get();
   }
   if (remembered(id)) return nullptr;  // a late message of an ended (or refused) response
-  return open_response(id, m.end_ts);
+  return open_response(id, m.end_ts, created);
 }
 
 // A declared format that covers the upgrade's path (framed `websocket`, or
@@ -231,7 +271,10 @@ std::shared_ptr<const DeclaredFormat> Session::declared_format() const {
   return match_declared(*settings_.formats, target_, "application/json", /*websocket=*/true);
 }
 
-Session::Response* Session::open_response(std::string_view response_id, TimestampNs head_ns) {
+// Joined, a response opened by a later message than its response.created was
+// in flight when the agent started: what asked for it went by unseen, and the
+// client messages seen since are not its request.
+Session::Response* Session::open_response(std::string_view response_id, TimestampNs head_ns, bool start_seen) {
   if (open_.size() >= kMaxOpenResponses) {
     sinks_.on_problem(Protocol::websocket, SessionProblem::exchanges_over_limit);
     remember(response_id);
@@ -240,14 +283,16 @@ Session::Response* Session::open_response(std::string_view response_id, Timestam
   auto r = std::make_unique<Response>();
   r->id = next_id_++;
   r->response_id = response_id;
-  r->request = request_for(head_ns);
+  std::optional<RequestInfo> request = joined_ && !start_seen ? std::nullopt : request_for(head_ns);
+  r->request_seen = request.has_value();
+  if (request) r->request = std::move(*request);
   r->stats.compressed = compressed();
   r->stats.other_messages = std::exchange(other_before_, 0);
   open_.push_back(std::move(r));
   Response& opened = *open_.back();
   ExchangeSink* out = sinks_.exchange(opened.id);
   if (!out) return &opened;
-  out->on_request_end(opened.request);
+  if (opened.request_seen) out->on_request_end(opened.request);
   ResponseInfo info;
   info.exchange = opened.id;
   info.status = 101;
@@ -257,7 +302,9 @@ Session::Response* Session::open_response(std::string_view response_id, Timestam
   info.event_stream = true;
   info.event_framing = EventFraming::websocket;
   info.head_ns = head_ns;
-  info.request = &opened.request;
+  // No request seen: no TTFT, as for HTTP joined mid-stream.
+  info.joined_midstream = !opened.request_seen;
+  info.request = opened.request_seen ? &opened.request : nullptr;
   info.http_version = HttpVersion::http1_1;
   info.protocol = Protocol::websocket;
   info.declared = declared_format();
@@ -267,17 +314,19 @@ Session::Response* Session::open_response(std::string_view response_id, Timestam
 
 // What asked for a response: the last response.create since the last
 // response opened; else (server VAD) the last client message; else nothing
-// but the response's own start.
-RequestInfo Session::request_for(TimestampNs head_ns) {
+// but the response's own start. Joined, before any client message was seen,
+// nothing is known: its response.create went by before the agent started.
+std::optional<RequestInfo> Session::request_for(TimestampNs head_ns) {
   std::optional<RequestInfo>& asked = last_create_ ? last_create_ : last_client_;
-  RequestInfo request;
+  std::optional<RequestInfo> request;
   if (asked) {
     request = std::move(*asked);
-  } else {
-    request.method = method_;
-    request.target = target_;
-    request.start_ns = request.end_ns = head_ns;
-    request.complete = true;
+  } else if (!joined_ || client_seen_) {
+    request.emplace();
+    request->method = method_;
+    request->target = target_;
+    request->start_ns = request->end_ns = head_ns;
+    request->complete = true;
   }
   last_create_.reset();
   last_client_.reset();
@@ -322,6 +371,7 @@ void Session::count_other(const Response* except) {
 // ---- client messages: requests ------------------------------------------------------
 
 void Session::client_message(const Message& m, const Text& text) {
+  client_seen_ = true;
   for (auto& r : open_) ++r->stats.client_messages;
   RequestInfo& request = last_client_.emplace();
   request.method = method_;

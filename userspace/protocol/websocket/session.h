@@ -11,6 +11,15 @@
 //
 //   pieces --> per direction: frames --> messages (inflated) --> responses --> ExchangeSink per response
 //
+// A session the agent joined after its upgrade (started, or restarted, while
+// it ran) is recognised from a connection's first frame (recognise()): its
+// role from that frame's direction and masking; its upgrade request (path)
+// and extensions unknown. A response already in flight at the join has no
+// request and says joined_midstream (no TTFT); so does one that opens before
+// any client message was seen (what asked for it went by unseen); the others
+// are whole. permessage-deflate's parameters went by with the upgrade: a
+// compressed message is undecodable, never inflated with a guessed window.
+//
 // Session traffic (session.*, rate_limits.updated, conversation.item.*,
 // input_audio_buffer.*, binary messages) is counted in the responses'
 // MessageStats, not told as events. Bounds: kMaxOpenResponses responses open
@@ -41,6 +50,8 @@ class Session final : public protocol::Session {
 
   // After the 101: `start.role` says which end the traced process is.
   Session(const UpgradeStart& start, ExchangeSinks& sinks, const SessionSettings& settings);
+  // Joined after the upgrade: `role` from the first frame (recognise()).
+  Session(Role role, ExchangeSinks& sinks, const SessionSettings& settings);
   ~Session() override;
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -49,7 +60,7 @@ class Session final : public protocol::Session {
   Role role() const override { return role_; }
   bool accepts(Flow flow) const override;
   bool carries_responses(Flow flow) const override { return (flow == Flow::outbound) == (role_ == Role::server); }
-  // Only an upgrade starts a websocket session.
+  // An upgrade (make_upgraded) or a first frame (recognise) decided it already.
   bool decide(Flow, std::span<const std::uint8_t>) override { return false; }
   void feed(Flow flow, const Piece& piece) override;
   void gap(Flow flow, std::uint64_t n, TimestampNs ts) override;
@@ -58,7 +69,8 @@ class Session final : public protocol::Session {
   void abandon(std::uint64_t id, TimestampNs ts) override;
 
   std::size_t open_responses() const { return open_.size(); }
-  bool compressed() const { return deflate_.has_value(); }
+  bool compressed() const { return deflate_.has_value() || compressed_seen_; }
+  bool joined() const { return joined_; }
 
  private:
   struct Direction;
@@ -76,12 +88,15 @@ class Session final : public protocol::Session {
   void on_control(Direction& d, const ControlFrame& f);
   void on_lost(Direction& d, std::uint64_t n);
   void on_undecodable(Direction& d, Inflater::Status why);
+  void on_compressed_unread(Direction& d);
+  void responses_undecodable(ExchangeSink::Undecodable why);
 
   void server_message(const Message& m, const Text& text);
   void client_message(const Message& m, const Text& text);
   Response* owner(const MessageFacts& f, const Message& m);
-  Response* open_response(std::string_view response_id, TimestampNs head_ns);
-  RequestInfo request_for(TimestampNs head_ns);
+  // `start_seen`: opened by its response.created.
+  Response* open_response(std::string_view response_id, TimestampNs head_ns, bool start_seen);
+  std::optional<RequestInfo> request_for(TimestampNs head_ns);
   void event(Response& r, const Message& m, const Text& text, const MessageFacts& f);
   void count_other(const Response* except);
   // `close_code`: a close frame ended it.
@@ -91,10 +106,15 @@ class Session final : public protocol::Session {
   bool remembered(std::string_view response_id) const;
   void remember(std::string_view response_id);
 
+  void make_directions(std::uint64_t outbound_start, std::uint64_t inbound_start);
+
   ExchangeSinks& sinks_;
   std::shared_ptr<const DeclaredFormat> declared_format() const;
   const SessionSettings settings_;
   const Role role_;
+  const bool joined_ = false;  // recognised from a frame: the upgrade went by unseen
+  bool compressed_seen_ = false;  // joined: a message had RSV1 (permessage-deflate was negotiated)
+  bool client_seen_ = false;      // a client message was read
   std::string method_, target_;  // of the upgrade request
   std::optional<DeflateParams> deflate_;
   std::unique_ptr<Direction> outbound_, inbound_;
@@ -112,5 +132,11 @@ class Session final : public protocol::Session {
 // upgraded to something else (or its role is unknown).
 std::unique_ptr<protocol::Session> make_upgraded(const UpgradeStart& start, ExchangeSinks& sinks,
                                                  const SessionSettings& settings);
+// A websocket session joined after its upgrade, when `head` (the first bytes
+// seen of the connection, in `flow`) is a text frame of JSON
+// (joined_frame_sender()); null otherwise. The traced process is the server
+// when it sends unmasked frames or receives masked ones.
+std::unique_ptr<protocol::Session> recognise(Flow flow, std::span<const std::uint8_t> head, ExchangeSinks& sinks,
+                                             const SessionSettings& settings);
 
 }  // namespace infertap::protocol::websocket

@@ -2,7 +2,8 @@
 // each response its own exchange with its request, events at the stream
 // position past their last frame, server VAD, session traffic counted,
 // audio, overlapping responses, closes, permessage-deflate with and without
-// context takeover, holes and lost sync.
+// context takeover, holes and lost sync; and sessions the agent joined after
+// their upgrade, recognised from their first frame.
 #include "protocol/websocket/session.h"
 
 #include <gtest/gtest.h>
@@ -526,6 +527,237 @@ TEST(WebsocketSession, BadFramesAreProblems) {
   EXPECT_EQ(c.sinks.problems[SessionProblem::resynchronised], 1);
   c.server(created("r"), 3);
   EXPECT_EQ(c.sinks.nth(0).request->body_head, kCreate);
+}
+
+// ---- joined after the upgrade ----------------------------------------------------------
+
+// The role of a session recognised from `first` in `flow`; unknown: refused.
+Role joined_role(Flow flow, std::string_view first) {
+  Sinks sinks;
+  const auto session = recognise(flow, ::infertap::testing::as_bytes(first), sinks, {});
+  return session ? session->role() : Role::unknown;
+}
+
+// A session the agent joined after its upgrade: recognised from the first
+// bytes it saw (`first`, in `flow`), which it is then fed. Both directions'
+// positions count from what the agent saw.
+struct Joined {
+  Joined(Flow flow, const std::string& first, TimestampNs ts) {
+    settings.request_body_head = 4096;
+    session = recognise(flow, ::infertap::testing::as_bytes(first), sinks, settings);
+    if (!session) return;
+    const bool server = session->role() == Role::server;
+    to_client.emplace(Side{*session, server ? Flow::outbound : Flow::inbound, 0});
+    to_server.emplace(Side{*session, server ? Flow::inbound : Flow::outbound, 0});
+    (to_client->flow == flow ? *to_client : *to_server).send(first, ts);
+  }
+  std::uint64_t server(std::string_view json, TimestampNs ts, Compressor* c = nullptr) {
+    to_client->send(testing::message(json, Sender::server, c), ts);
+    return to_client->position;
+  }
+  void client(std::string_view json, TimestampNs ts, Compressor* c = nullptr) {
+    to_server->send(testing::message(json, Sender::client, c), ts);
+  }
+
+  Sinks sinks;
+  SessionSettings settings;
+  std::unique_ptr<protocol::Session> session;
+  std::optional<Side> to_client, to_server;
+};
+
+const std::string kLongAppend = R"({"type":"input_audio_buffer.append","audio":")" + std::string(70000, 'A') + "\"}";
+
+TEST(WebsocketJoined, TheFirstFrameSaysWhichEndTheProcessIs) {
+  const std::string from_server = testing::message(text_delta("resp_1", "Hi"), Sender::server);
+  const std::string from_client = testing::message(kCreate, Sender::client);
+  EXPECT_EQ(joined_role(Flow::outbound, from_server), Role::server);  // it sends unmasked frames
+  EXPECT_EQ(joined_role(Flow::inbound, from_server), Role::client);   // it receives them
+  EXPECT_EQ(joined_role(Flow::outbound, from_client), Role::client);  // it sends masked frames
+  EXPECT_EQ(joined_role(Flow::inbound, from_client), Role::server);
+  // The 16-bit and 64-bit length forms, from either end.
+  const std::string long_delta = text_delta("resp_1", std::string(300, 'x'));
+  ASSERT_EQ(testing::message(long_delta, Sender::server)[1], '\x7e');
+  EXPECT_EQ(joined_role(Flow::outbound, testing::message(long_delta, Sender::server)), Role::server);
+  EXPECT_EQ(joined_role(Flow::inbound, testing::message(long_delta, Sender::client)), Role::server);
+  ASSERT_EQ(testing::message(kLongAppend, Sender::client)[1], '\xff');
+  EXPECT_EQ(joined_role(Flow::inbound, testing::message(kLongAppend, Sender::client)), Role::server);
+  EXPECT_EQ(joined_role(Flow::inbound, testing::message(kLongAppend, Sender::server)), Role::client);
+  // The first fragment of a message.
+  EXPECT_EQ(joined_role(Flow::outbound, testing::message(long_delta, Sender::server, nullptr, 100)), Role::server);
+
+  Sinks sinks;
+  const auto s = recognise(Flow::outbound, ::infertap::testing::as_bytes(from_server), sinks, {});
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->protocol(), Protocol::websocket);
+  EXPECT_TRUE(static_cast<Session&>(*s).joined());
+  EXPECT_TRUE(s->carries_responses(Flow::outbound));
+  EXPECT_FALSE(s->carries_responses(Flow::inbound));
+  EXPECT_TRUE(s->accepts(Flow::outbound) && s->accepts(Flow::inbound));
+}
+
+TEST(WebsocketJoined, FirstBytesItCannotReadAreRefused) {
+  const auto refused = [](std::string_view first) {
+    return joined_role(Flow::outbound, first) == Role::unknown && joined_role(Flow::inbound, first) == Role::unknown;
+  };
+  Compressor c(true);
+  EXPECT_TRUE(refused(testing::message(text_delta("r", "x"), Sender::server, &c))) << "compressed";
+  EXPECT_TRUE(refused(testing::message(kCreate, Sender::client, &c))) << "compressed";
+  EXPECT_TRUE(refused(testing::message(kCreate, Sender::server, nullptr, 0, Opcode::binary))) << "binary";
+  EXPECT_TRUE(refused(testing::frame(Opcode::continuation, kCreate))) << "its message began unseen";
+  EXPECT_TRUE(refused(testing::frame(Opcode::ping, R"({"a":1})"))) << "control";
+  std::string rsv2 = testing::message(kCreate, Sender::server);
+  rsv2[0] = static_cast<char>(rsv2[0] | 0x20);
+  EXPECT_TRUE(refused(rsv2));
+  EXPECT_TRUE(refused(testing::message("hello", Sender::server))) << "text, not JSON";
+  EXPECT_TRUE(refused(testing::message("{}", Sender::server)));
+  EXPECT_TRUE(refused(testing::message(R"({ "type":"x"})", Sender::client)));
+  EXPECT_TRUE(refused(testing::message("[1,2]", Sender::client)));
+  EXPECT_TRUE(refused(testing::frame(Opcode::text, kCreate, {.form = testing::LengthForm::bits64}))) << "not minimal";
+  EXPECT_TRUE(refused(testing::header(Opcode::text, kMaxPlausibleFrame + 1) + kCreate)) << "implausible length";
+  EXPECT_TRUE(refused(testing::message(kCreate, Sender::server).substr(0, 3))) << "cut before its payload";
+  // HTTP text, and the event streams HTTP/1 reads.
+  EXPECT_TRUE(refused("GET /v1/realtime?model=m HTTP/1.1\r\nUpgrade: websocket\r\n\r\n"));
+  EXPECT_TRUE(refused("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n"));
+  EXPECT_TRUE(refused("data: {\"type\":\"x\"}\n\n"));
+  EXPECT_TRUE(refused("{\"type\":\"x\"}\n"));
+  // Binary of other protocols: PostgreSQL's SSLRequest, a TLS ClientHello,
+  // a text opcode and mask bit before garbage.
+  EXPECT_TRUE(refused(std::string("\x00\x00\x00\x08\x04\xd2\x16\x2f", 8)));
+  EXPECT_TRUE(refused(std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11)));
+  EXPECT_TRUE(refused(std::string("\x81\x85\x01\x02\x03\x04\x00\x00\x00\x00\x00", 11)));
+  EXPECT_TRUE(refused(std::string("\x01\x7e\x00\x90\x7b\x22\x00", 7)));
+}
+
+TEST(WebsocketJoined, AResponseInFlightAtTheJoinHasNoRequestTheNextOnesDo) {
+  const std::string first = testing::message(text_delta("resp_1", "lo"), Sender::server);
+  Joined j(Flow::outbound, first, 10);
+  ASSERT_TRUE(j.session);
+  EXPECT_EQ(j.session->role(), Role::server);
+  const std::uint64_t end1 = j.server(done("resp_1"), 12);
+  j.server(created("resp_2"), 13);  // asked for before the join: no client message seen yet
+  j.server(done("resp_2"), 14);
+  j.client(kCreate, 20);
+  j.server(created("resp_3"), 21);
+  j.server(text_delta("resp_3", "Hi"), 22);
+  j.server(done("resp_3"), 23);
+  j.server(created("resp_4"), 30);  // nothing asked since: its own start, as after an upgrade
+  j.server(done("resp_4"), 31);
+  ASSERT_EQ(j.sinks.exchanges.size(), 4u);
+
+  const ExchangeLog& in_flight = j.sinks.nth(0);
+  EXPECT_EQ(in_flight.calls, (std::vector<std::string>{"response", "event", "event", "stats", "end"}));
+  ASSERT_TRUE(in_flight.info);
+  EXPECT_TRUE(in_flight.info->joined_midstream);
+  EXPECT_EQ(in_flight.info->head_ns, 10u);
+  EXPECT_EQ(in_flight.info->status, 101);
+  EXPECT_EQ(in_flight.info->protocol, Protocol::websocket);
+  ASSERT_EQ(in_flight.events.size(), 2u);
+  // Its later events time as any: at their frames' ends, offsets from the first seen.
+  EXPECT_EQ(in_flight.events[0].ts, 10u);
+  EXPECT_EQ(in_flight.events[0].end_position, first.size());
+  EXPECT_EQ(in_flight.events[0].body_offset, 0u);
+  EXPECT_EQ(in_flight.events[1].end_position, end1);
+  EXPECT_EQ(in_flight.events[1].body_offset, first.size());
+  EXPECT_EQ(in_flight.end, ResponseEnd::complete);
+
+  const ExchangeLog& asked_unseen = j.sinks.nth(1);
+  EXPECT_FALSE(asked_unseen.request);
+  ASSERT_TRUE(asked_unseen.info);
+  EXPECT_TRUE(asked_unseen.info->joined_midstream);
+
+  const ExchangeLog& asked = j.sinks.nth(2);
+  ASSERT_TRUE(asked.request);
+  EXPECT_EQ(asked.calls.front(), "request");
+  EXPECT_EQ(asked.request->body_head, kCreate);
+  EXPECT_EQ(asked.request->end_ns, 20u);
+  EXPECT_EQ(asked.request->target, "") << "the upgrade request went by";
+  ASSERT_TRUE(asked.info);
+  EXPECT_FALSE(asked.info->joined_midstream);
+  EXPECT_EQ(asked.events.size(), 3u);
+
+  const ExchangeLog& unasked = j.sinks.nth(3);
+  ASSERT_TRUE(unasked.request);
+  EXPECT_EQ(unasked.request->end_ns, 30u);
+  ASSERT_TRUE(unasked.info);
+  EXPECT_FALSE(unasked.info->joined_midstream);
+  EXPECT_TRUE(j.sinks.problems.empty()) << "joining is no lost or found sync";
+}
+
+TEST(WebsocketJoined, AJoinedClientTimesItsOwnRequests) {
+  Joined j(Flow::inbound, testing::message(text_delta("resp_1", "a"), Sender::server), 5);
+  ASSERT_TRUE(j.session);
+  EXPECT_EQ(j.session->role(), Role::client);
+  EXPECT_TRUE(j.session->carries_responses(Flow::inbound));
+  j.server(done("resp_1"), 6);
+  j.client(kCreate, 10);  // the client's own send: the first bytes of its direction
+  j.server(created("resp_2"), 11);
+  j.server(done("resp_2"), 12);
+  ASSERT_EQ(j.sinks.exchanges.size(), 2u);
+  ASSERT_TRUE(j.sinks.nth(0).info && j.sinks.nth(1).info);
+  EXPECT_TRUE(j.sinks.nth(0).info->joined_midstream);
+  EXPECT_FALSE(j.sinks.nth(0).request);
+  ASSERT_TRUE(j.sinks.nth(1).request);
+  EXPECT_EQ(j.sinks.nth(1).request->end_ns, 10u);
+  EXPECT_FALSE(j.sinks.nth(1).info->joined_midstream);
+  EXPECT_TRUE(j.sinks.problems.empty());
+}
+
+// The traced server's first send is a frame; its first receive is the end of
+// a client message begun before the join: that direction is read from its
+// first whole frame, and nothing is lost or found.
+TEST(WebsocketJoined, TheOtherDirectionIsReadFromItsFirstProvableFrame) {
+  Joined j(Flow::outbound, testing::message(kRateLimits, Sender::server), 1);
+  ASSERT_TRUE(j.session);
+  const std::string begun_before = testing::message(kLongAppend, Sender::client);
+  j.to_server->send(begun_before.substr(begun_before.size() - 3000), 2);
+  j.client(kCreate, 3);
+  j.server(created("r"), 4);
+  j.server(done("r"), 5);
+  ASSERT_EQ(j.sinks.exchanges.size(), 1u);
+  const ExchangeLog& x = j.sinks.nth(0);
+  ASSERT_TRUE(x.request);
+  EXPECT_EQ(x.request->body_head, kCreate);
+  EXPECT_EQ(x.request->end_ns, 3u);
+  ASSERT_TRUE(x.info);
+  EXPECT_FALSE(x.info->joined_midstream);
+  ASSERT_TRUE(x.stats);
+  EXPECT_EQ(x.stats->other_messages, 1u) << "the rate limits before it";
+  EXPECT_TRUE(j.sinks.problems.empty());
+}
+
+// permessage-deflate's parameters went by with the upgrade: a compressed
+// message (a sender below its threshold sends some uncompressed) is counted
+// undecodable once per direction, its responses told; never inflated.
+TEST(WebsocketJoined, CompressedMessagesAreCountedUndecodableNeverInflated) {
+  Joined j(Flow::outbound, testing::message(created("resp_1"), Sender::server), 1);
+  ASSERT_TRUE(j.session);
+  Compressor server(true), client(true);
+  j.server(text_delta("resp_1", "a"), 2);
+  j.server(text_delta("resp_1", std::string(2000, 'b')), 3, &server);
+  j.server(text_delta("resp_1", "c"), 4, &server);
+  j.server(done("resp_1"), 5);
+  EXPECT_EQ(j.sinks.problems[SessionProblem::undecodable], 1);
+  EXPECT_EQ(j.sinks.problems.size(), 1u) << "no frame error, no lost sync";
+  const ExchangeLog& x = j.sinks.nth(0);
+  ASSERT_EQ(x.events.size(), 3u);
+  EXPECT_EQ(x.events[1].data, text_delta("resp_1", "a"));
+  EXPECT_EQ(x.events[2].type, "response.done");
+  EXPECT_EQ(x.undecodable, std::vector<ExchangeSink::Undecodable>{ExchangeSink::Undecodable::capture_hole});
+  ASSERT_TRUE(x.stats);
+  EXPECT_TRUE(x.stats->compressed);
+  EXPECT_EQ(x.end, ResponseEnd::complete);
+  // The client's direction: once more, for its own.
+  j.client(kCreate, 6, &client);
+  j.client(kCreate, 7, &client);
+  EXPECT_EQ(j.sinks.problems[SessionProblem::undecodable], 2);
+  j.server(created("resp_2"), 8);
+  const ExchangeLog& next = j.sinks.nth(1);
+  ASSERT_TRUE(next.request) << "a client message was seen, though not read";
+  EXPECT_EQ(next.request->end_ns, 7u);
+  EXPECT_EQ(next.request->body_head, "");
+  j.session->close(9);
+  ASSERT_TRUE(next.stats);
+  EXPECT_TRUE(next.stats->compressed) << "seen on an earlier message";
 }
 
 }  // namespace
